@@ -1,0 +1,45 @@
+"""lingpipe: a TensorFlow 2 layer framework in the style of Lingvo, built around GPipe pipeline parallelism."""
+
+import os as _os
+
+# Hide TensorFlow's C++ start-up INFO lines unless the user chose a level.
+_os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+
+# Source checkouts (tests, Bazel) have params/ and tasks/ beside lingpipe/ rather than inside it; installs map
+# them to lingpipe.params and lingpipe.tasks (setup.py package_dir). Extending __path__ makes both layouts work.
+_ROOT = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if _os.path.isdir(_os.path.join(_ROOT, 'params')) and _os.path.isdir(_os.path.join(_ROOT, 'tasks')) and \
+    not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), 'params')):
+  __path__.append(_ROOT)  # pylint: disable=undefined-variable
+
+from lingpipe.core import base_input_generator
+from lingpipe.core import base_layer
+from lingpipe.core import base_model_params
+from lingpipe.core import base_task
+from lingpipe.core import context
+from lingpipe.core import errors
+from lingpipe.core import hyperparams
+from lingpipe.core import lr_schedule
+from lingpipe.core import model_registry
+from lingpipe.core import optimizer
+from lingpipe.core import weight_init
+from lingpipe.core.base_layer import BaseLayer
+from lingpipe.core.hyperparams import InstantiableParams
+from lingpipe.core.hyperparams import Params
+from lingpipe.core.nested_map import NestedMap
+from lingpipe.core.weight_init import WeightInit
+from lingpipe.core.weight_init import WeightParams
+from lingpipe.layers.batch_norm import BatchNormLayer
+from lingpipe.layers.conv import Conv2DLayer
+from lingpipe.layers.conv import DepthwiseConv2DLayer
+from lingpipe.layers.conv import SeparableConv2DLayer
+from lingpipe.layers.dropout import DropoutLayer
+from lingpipe.layers.embedding import EmbeddingLayer
+from lingpipe.layers.layer_norm import LayerNormLayer
+from lingpipe.layers.linear import ProjectionLayer
+from lingpipe.layers.pooling import GlobalPoolingLayer
+from lingpipe.layers.pooling import Pooling2DLayer
+from lingpipe.layers.sequential import SequentialLayer
+from lingpipe.layers.softmax import SoftmaxLayer
+
+__version__ = '0.1.0'

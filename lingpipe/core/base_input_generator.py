@@ -1,0 +1,63 @@
+"""BaseInputGenerator: a tf.data pipeline of NestedMap batches, configured by Params.
+
+Subclasses implement `_Examples()` returning a dataset of single examples (dicts of tensors); the base class
+shuffles (seeded), repeats, batches and prefetches, so every input is deterministic for a given seed.
+"""
+
+import tensorflow as tf
+
+from lingpipe.core import errors
+from lingpipe.core import hyperparams
+from lingpipe.core.nested_map import NestedMap
+
+
+class BaseInputGenerator:
+  """See the module docstring."""
+
+  @classmethod
+  def Params(cls):
+    p = hyperparams.InstantiableParams(cls)
+    p.Define('name', 'input', 'Name of the input.')
+    p.Define('batch_size', 32, 'Examples per batch (per step, before micro-batching).')
+    p.Define('shuffle', True, 'Shuffle the examples.')
+    p.Define('shuffle_buffer_size', 10000, 'Shuffle buffer, in examples.')
+    p.Define('repeat', True, 'Cycle through the data forever (training); False gives one pass (evaluation).')
+    p.Define('drop_remainder', True, 'Drop a last, smaller batch (keeps shapes static).')
+    p.Define('seed', 301, 'Seed of shuffling and any randomness in the input.')
+    p.Define('prefetch', 2, 'Batches to prefetch; 0 disables.')
+    p.Define('num_parallel_calls', 2, 'Parallelism of per-example maps.')
+    p.Define('checkpoint_iterator', True, 'Save the input position in checkpoints, so a resumed run continues '
+             'with the next batch rather than the first.')
+    return p
+
+  def __init__(self, params):
+    self.params = params.Copy().Freeze()
+    if self.params.batch_size <= 0:
+      raise errors.ConfigError('input.batch_size must be positive, got %d.' % self.params.batch_size)
+
+  def _Examples(self):
+    """A tf.data.Dataset of single examples, each a dict of tensors."""
+    raise NotImplementedError('%s does not implement _Examples().' % type(self).__name__)
+
+  def _Preprocess(self, example):
+    """Per-example transformation applied after shuffling (e.g. augmentation); identity by default."""
+    return example
+
+  def GetDataset(self):
+    """The batched dataset of NestedMaps."""
+    p = self.params
+    ds = self._Examples()
+    if p.shuffle:
+      ds = ds.shuffle(p.shuffle_buffer_size, seed=p.seed, reshuffle_each_iteration=True)
+    if p.repeat:
+      ds = ds.repeat()
+    ds = ds.map(self._Preprocess, num_parallel_calls=p.num_parallel_calls, deterministic=True)
+    ds = ds.batch(p.batch_size, drop_remainder=p.drop_remainder)
+    ds = ds.map(lambda batch: NestedMap(batch))
+    if p.prefetch:
+      ds = ds.prefetch(p.prefetch)
+    return ds
+
+  def BatchSpec(self):
+    """NestedMap of tf.TensorSpec of one batch."""
+    return NestedMap(self.GetDataset().element_spec)

@@ -1,0 +1,215 @@
+"""BaseLayer: a `tf.Module` built only from Params.
+
+A layer declares its configuration in a class method `Params()`, creates its children with `CreateChild` /
+`CreateChildren` and its variables with `CreateVariable`, all inside `__init__` (so every variable exists before
+any `tf.function` is traced). After `__init__` the layer and its params are frozen: creating a child or a variable
+later, or assigning a layer or variable as a plain attribute, raises. Variable names follow the layer path
+(`mlp/fc0/w`), and so do checkpoint keys, which makes checkpoints readable and stable.
+
+Every layer implements `FProp(inputs, ...)` and a class method `FPropMeta(params, *input_shapes)` that returns
+`NestedMap(out_shapes=(...), flops=int)` without building anything; partitioning and memory planning use it.
+"""
+
+import threading
+
+import tensorflow as tf
+
+from lingpipe.core import errors
+from lingpipe.core import hyperparams
+from lingpipe.core import weight_init
+from lingpipe.core.nested_map import NestedMap
+
+_BUILD = threading.local()  # The stack of layers whose __init__ is running, innermost last.
+
+DEFAULT_SEED = 1234
+
+
+def _BuildStack():
+  if not hasattr(_BUILD, 'stack'):
+    _BUILD.stack = []
+  return _BUILD.stack
+
+
+class _LayerMeta(type):
+  """Runs the layer's __init__ inside a build scope, then freezes the layer."""
+
+  def __call__(cls, params, *args, **kwargs):
+    layer = cls.__new__(cls)
+    stack = _BuildStack()
+    stack.append(layer)
+    try:
+      layer.__init__(params, *args, **kwargs)
+    finally:
+      stack.pop()
+    object.__setattr__(layer, '_initialized', True)
+    return layer
+
+
+class BaseLayer(tf.Module, metaclass=_LayerMeta):
+  """Base class of all lingpipe layers. See the module docstring."""
+
+  @classmethod
+  def Params(cls):
+    p = hyperparams.InstantiableParams(cls)
+    p.Define('name', '', 'Name of this layer; it becomes a component of variable and checkpoint paths.')
+    p.Define('dtype', tf.float32, 'dtype of variables and computation.')
+    p.Define('params_init', weight_init.WeightInit.Xavier(1.0),
+             'Default initializer of this layer\'s weights (WeightInit.*).')
+    p.Define('random_seed', None, 'Seed of weight initialization and seeded randomness; None inherits the '
+             'parent layer\'s (the root uses %d).' % DEFAULT_SEED)
+    return p
+
+  def __init__(self, params):
+    if not isinstance(params, hyperparams.Params) or 'cls' not in params:
+      raise errors.ConfigError('%s must be built from its Params(), got %r.' % (type(self).__name__, params))
+    if not isinstance(self, params.cls):
+      raise errors.ConfigError('Params for %s used to build %s.' % (params.cls.__name__, type(self).__name__))
+    p = params.Copy()
+    if not p.name:
+      raise errors.ConfigError('%s needs a name: set p.name.' % type(self).__name__)
+    if not hyperparams._NAME_RE.match(p.name):
+      raise errors.ConfigError('Layer name %r is invalid: it must match %s.' % (
+          p.name, hyperparams._NAME_RE.pattern))
+    stack = _BuildStack()
+    parent = stack[-2] if len(stack) >= 2 and stack[-1] is self else None
+    if p.random_seed is None:
+      p.random_seed = parent.params.random_seed if parent is not None else DEFAULT_SEED
+    p.Freeze()
+    super().__init__(name=p.name)
+    object.__setattr__(self, '_initialized', False)
+    object.__setattr__(self, '_params', p)
+    object.__setattr__(self, '_parent_path', parent.path if parent is not None else '')
+    object.__setattr__(self, '_child_names', [])
+    object.__setattr__(self, '_var_names', [])
+
+  # -- identity ------------------------------------------------------------------------------------------------
+  @property
+  def params(self):
+    """This layer's frozen Params."""
+    return self._params
+
+  @property
+  def path(self):
+    """The layer's path from the root, e.g. 'mlp/fc0'."""
+    return '%s/%s' % (self._parent_path, self._params.name) if self._parent_path else self._params.name
+
+  @property
+  def children(self):
+    """{name: layer or list of layers}, in creation order."""
+    return {name: getattr(self, name) for name in self._child_names}
+
+  @property
+  def vars(self):
+    """This layer's own variables (not its children's) as a NestedMap."""
+    return NestedMap({name: getattr(self, name) for name in self._var_names})
+
+  def __repr__(self):
+    return '%s(%s)' % (type(self).__name__, self.path)
+
+  # -- construction --------------------------------------------------------------------------------------------
+  def _CheckBuilding(self, what, name):
+    if self._initialized:
+      raise errors.ConfigError('%s %r of layer %s must be created in __init__ (the layer is already built).' %
+                               (what, name, self.path))
+    if not hyperparams._NAME_RE.match(name):
+      raise errors.ConfigError('%s name %r of layer %s is invalid: it must match %s.' % (
+          what, name, self.path, hyperparams._NAME_RE.pattern))
+    if name in self._child_names or name in self._var_names:
+      raise errors.ConfigError('Layer %s already has a child or variable named %r.' % (self.path, name))
+
+  def _BuildChild(self, name, params):
+    if not isinstance(params, hyperparams.InstantiableParams):
+      raise errors.ConfigError('Child %r of layer %s needs layer Params (SomeLayer.Params()), got %r.' % (
+          name, self.path, type(params).__name__))
+    p = params.Copy()
+    p.name = name
+    if p.random_seed is None:
+      p.random_seed = self.params.random_seed
+    return p.Instantiate()
+
+  def CreateChild(self, name, params):
+    """Builds a child layer from `params` (copied, its name set to `name`) and tracks it as `self.<name>`."""
+    self._CheckBuilding('Child', name)
+    child = self._BuildChild(name, params)
+    tf.Module.__setattr__(self, name, child)
+    self._child_names.append(name)
+    return child
+
+  def CreateChildren(self, name, params_list):
+    """Builds a list of children named '<name>_<i>' and tracks the list as `self.<name>`."""
+    self._CheckBuilding('Children', name)
+    children = [self._BuildChild('%s_%d' % (name, i), p) for i, p in enumerate(params_list)]
+    tf.Module.__setattr__(self, name, children)
+    self._child_names.append(name)
+    return getattr(self, name)
+
+  def CreateVariable(self, name, weight_params):
+    """Creates variable `self.<name>` from WeightParams; its initial value depends only on the seed and path."""
+    self._CheckBuilding('Variable', name)
+    wp = weight_params.Copy()
+    if wp.init is None:
+      wp.init = self.params.params_init
+    if wp.dtype is None:
+      wp.dtype = self.params.dtype
+    full_name = '%s/%s' % (self.path, name)
+    value = weight_init.InitialValue(wp, weight_init.VariableSeed(self.params.random_seed, full_name))
+    var = tf.Variable(value, name=full_name, trainable=wp.trainable)
+    tf.Module.__setattr__(self, name, var)
+    self._var_names.append(name)
+    return var
+
+  def __setattr__(self, name, value):
+    if not name.startswith('_') and _HoldsLayerOrVariable(value):
+      raise errors.ConfigError('Layer %s: assign children with CreateChild/CreateChildren and variables with '
+                               'CreateVariable, not as attribute %r.' % (self.path, name))
+    if getattr(self, '_initialized', False) and not name.startswith('_'):
+      raise errors.ConfigError('Layer %s is built; attribute %r cannot be set after __init__.' % (
+          self.path, name))
+    super().__setattr__(name, value)
+
+  # -- forward -------------------------------------------------------------------------------------------------
+  def FProp(self, *args, **kwargs):
+    raise NotImplementedError('%s does not implement FProp.' % type(self).__name__)
+
+  def __call__(self, *args, **kwargs):
+    return self.FProp(*args, **kwargs)
+
+  @classmethod
+  def FPropMeta(cls, params, *input_shapes):
+    """Returns NestedMap(out_shapes=tuple of TensorShape, flops=int) for inputs of `input_shapes`."""
+    raise NotImplementedError('%s does not implement FPropMeta.' % cls.__name__)
+
+  def CheckInputShape(self, x, rank=None, last_dim=None, arg='inputs', min_rank=None):
+    """Raises ShapeError naming this layer when `x` has the wrong rank or last dimension."""
+    shape = x.shape
+    bad_rank = (rank is not None and shape.rank != rank) or (
+        min_rank is not None and shape.rank is not None and shape.rank < min_rank)
+    bad_depth = (last_dim is not None and shape.rank and shape[-1] is not None and shape[-1] != last_dim)
+    if bad_rank or bad_depth:
+      want = []
+      if rank is not None:
+        want.append('rank %d' % rank)
+      if min_rank is not None:
+        want.append('rank >= %d' % min_rank)
+      if last_dim is not None:
+        want.append('last dimension %d' % last_dim)
+      raise errors.ShapeError('Layer %s (%s): %s must have %s; got shape %s.' % (
+          self.path, type(self).__name__, arg, ' and '.join(want), shape.as_list() if shape.rank is not None
+          else shape))
+
+
+def _HoldsLayerOrVariable(value):
+  if isinstance(value, (BaseLayer, tf.Variable)):
+    return True
+  if isinstance(value, (list, tuple)):
+    return any(_HoldsLayerOrVariable(v) for v in value)
+  if isinstance(value, dict):
+    return any(_HoldsLayerOrVariable(v) for v in value.values())
+  return False
+
+
+def Meta(out_shapes, flops):
+  """The value FPropMeta returns: output shapes (one TensorShape or a tuple) and forward flops."""
+  if not isinstance(out_shapes, (tuple, list)):
+    out_shapes = (out_shapes,)
+  return NestedMap(out_shapes=tuple(tf.TensorShape(s) for s in out_shapes), flops=int(flops))

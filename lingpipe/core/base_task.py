@@ -1,0 +1,135 @@
+"""BaseTask: the root layer of a model; turns a NestedMap batch into a loss, metrics and gradient updates.
+
+A task subclass builds its network in `__init__` (through `CreateChild`) and implements:
+  - `ComputePredictions(batch)` -> NestedMap, the forward pass;
+  - `ComputeLoss(batch, predictions)` -> (loss, metrics), metrics a dict name -> (value, weight);
+  - `Inference()` -> {signature name: (function, input TensorSpecs NestedMap)} for export.
+Training settings (optimizer, learning rate and its schedule, clipping, L2, checkpointing) live in
+`task.train` so they have a text form and can be overridden from the command line.
+"""
+
+import tensorflow as tf
+
+from lingpipe.core import base_layer
+from lingpipe.core import context
+from lingpipe.core import errors
+from lingpipe.core import hyperparams
+from lingpipe.core import lr_schedule
+from lingpipe.core import optimizer
+from lingpipe.core.nested_map import NestedMap
+
+
+def TrainParams():
+  """Params of the training loop and update rule (task.train)."""
+  p = hyperparams.Params()
+  p.Define('optimizer', optimizer.Adam.Params(), 'Optimizer Params (optimizer.SGD/Adam/RMSProp).')
+  p.Define('learning_rate', 1e-3, 'Base learning rate; the schedule multiplies it.')
+  p.Define('lr_schedule', lr_schedule.Constant.Params(), 'Learning-rate schedule Params.')
+  p.Define('clip_gradient_norm_to_value', 0.0, 'Clip gradients to this global norm; 0 disables.')
+  p.Define('l2_regularizer_weight', 0.0, 'Weight of the L2 penalty on weights of rank >= 2 (not biases or '
+           'normalization parameters).')
+  p.Define('max_steps', 1000, 'Stop training at this global step.')
+  p.Define('save_interval_steps', 100, 'Write a checkpoint every this many steps (and at the end).')
+  p.Define('checkpoints_to_keep', 5, 'How many recent checkpoints to keep.')
+  p.Define('summary_interval_steps', 10, 'Write TensorBoard summaries every this many steps.')
+  p.Define('log_interval_steps', 10, 'Print a progress line every this many steps.')
+  return p
+
+
+def EvalParams():
+  """Params of evaluation (task.eval)."""
+  p = hyperparams.Params()
+  p.Define('max_batches', 0, 'Evaluate at most this many batches; 0 means the whole (finite) eval set.')
+  return p
+
+
+class BaseTask(base_layer.BaseLayer):
+  """See the module docstring."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'task'
+    p.Define('train', TrainParams(), 'Training settings.')
+    p.Define('eval', EvalParams(), 'Evaluation settings.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    tp = self.params.train
+    if tp.max_steps < 0 or tp.save_interval_steps <= 0 or tp.checkpoints_to_keep <= 0:
+      raise errors.ConfigError('task.train: max_steps must be >= 0 and save_interval_steps, '
+                               'checkpoints_to_keep > 0; got %d, %d, %d.' % (
+                                   tp.max_steps, tp.save_interval_steps, tp.checkpoints_to_keep))
+
+  # -- to implement --------------------------------------------------------------------------------------------
+  def ComputePredictions(self, batch):
+    raise NotImplementedError('%s does not implement ComputePredictions.' % type(self).__name__)
+
+  def ComputeLoss(self, batch, predictions):
+    raise NotImplementedError('%s does not implement ComputeLoss.' % type(self).__name__)
+
+  def Inference(self):
+    raise NotImplementedError('%s does not implement Inference.' % type(self).__name__)
+
+  # -- provided ------------------------------------------------------------------------------------------------
+  def FProp(self, batch):
+    """(loss, metrics) for a batch, in whatever mode the context says."""
+    return self.ComputeLoss(batch, self.ComputePredictions(batch))
+
+  def ComputeMetrics(self, batch):
+    """Evaluation metrics {name: (value, weight)} of one batch (evaluation mode)."""
+    with context.Training(False):
+      _, metrics = self.FProp(batch)
+    return metrics
+
+  def CreateOptimizer(self):
+    """The optimizer of task.train, with slots built for this task's trainable variables."""
+    return self.params.train.optimizer.Instantiate().Build(self.trainable_variables)
+
+  def CreateLearningRateSchedule(self):
+    return self.params.train.lr_schedule.Instantiate()
+
+  def L2Penalty(self):
+    weights = [v for v in self.trainable_variables if v.shape.rank is not None and v.shape.rank >= 2]
+    if not weights:
+      return tf.constant(0.0)
+    return tf.add_n([tf.reduce_sum(tf.square(v)) for v in weights])
+
+  def ComputeGradients(self, batch):
+    """(loss, metrics, grads) of one training batch; the pipeline layer overrides how gradients flow."""
+    variables = self.trainable_variables
+    with tf.GradientTape() as tape:
+      loss, metrics = self.FProp(batch)
+      total = loss
+      if self.params.train.l2_regularizer_weight:
+        total += self.params.train.l2_regularizer_weight * self.L2Penalty()
+    grads = tape.gradient(total, variables)
+    return loss, metrics, grads
+
+  def TrainStep(self, batch, step, opt, schedule):
+    """One synchronous update. Skips the update if the loss or gradient is not finite (the caller stops).
+
+    Returns NestedMap(loss, grad_norm, learning_rate, is_finite, metrics).
+    """
+    tp = self.params.train
+    variables = self.trainable_variables
+    with context.Training(True), context.StepSeed(step):
+      loss, metrics, grads = self.ComputeGradients(batch)
+    missing = [v.name for v, g in zip(variables, grads) if g is None]
+    if missing:
+      raise errors.ConfigError('No gradient reaches these trainable variables: %s. Are they used in the '
+                               'forward pass?' % ', '.join(missing))
+    grad_norm = tf.linalg.global_norm(grads)
+    if tp.clip_gradient_norm_to_value:
+      grads, _ = tf.clip_by_global_norm(grads, tp.clip_gradient_norm_to_value, use_norm=grad_norm)
+    is_finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(grad_norm))
+    learning_rate = tp.learning_rate * schedule.Value(step)
+
+    def Apply():
+      with tf.control_dependencies([opt.Apply(grads, variables, learning_rate)]):
+        return tf.constant(True)
+
+    tf.cond(is_finite, Apply, lambda: tf.constant(False))
+    return NestedMap(loss=loss, grad_norm=grad_norm, learning_rate=learning_rate, is_finite=is_finite,
+                     metrics=NestedMap({k: v for k, (v, _) in metrics.items()}))

@@ -1,0 +1,133 @@
+"""Optimizers with their slot variables, configured by Params and saved in checkpoints.
+
+`Build(variables)` creates the slots eagerly (before any tf.function is traced); `Apply(grads, variables, lr)`
+updates the variables. Slots are named after their variable, so checkpoints stay readable.
+"""
+
+import tensorflow as tf
+
+from lingpipe.core import errors
+from lingpipe.core import hyperparams
+
+
+def _SlotKey(var):
+  return var.name.split(':')[0].replace('/', '.')
+
+
+class BaseOptimizer(tf.Module):
+  """Holds per-variable slots; subclasses define `_SlotNames` and `_Update`."""
+
+  _SLOTS = ()
+
+  @classmethod
+  def Params(cls):
+    p = hyperparams.InstantiableParams(cls)
+    p.Define('name', 'optimizer', 'Name of the optimizer (checkpoint prefix).')
+    return p
+
+  def __init__(self, params):
+    super().__init__(name=params.name)
+    self.params = params.Copy().Freeze()
+    self.slots = {}
+    self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False, name='%s/iterations' % params.name)
+
+  def Build(self, variables):
+    for var in variables:
+      key = _SlotKey(var)
+      if key in self.slots:
+        continue
+      self.slots[key] = {name: tf.Variable(tf.zeros_like(var), trainable=False,
+                                           name='%s/%s/%s' % (self.params.name, key, name))
+                         for name in self._SLOTS}
+    return self
+
+  def Apply(self, grads, variables, learning_rate):
+    """Applies one update; returns the op group. Slots must have been built."""
+    updates = []
+    t = self.iterations.assign_add(1)
+    for grad, var in zip(grads, variables):
+      if grad is None:
+        continue
+      key = _SlotKey(var)
+      if key not in self.slots:
+        raise errors.ConfigError('Optimizer has no slots for %s: call Build(variables) first.' % var.name)
+      updates.append(self._Update(grad, var, self.slots[key], tf.cast(learning_rate, var.dtype),
+                                  tf.cast(t, var.dtype)))
+    return tf.group(updates)
+
+  def _Update(self, grad, var, slots, lr, t):
+    raise NotImplementedError
+
+
+class SGD(BaseOptimizer):
+  """SGD with optional (Nesterov) momentum: m = momentum * m + g; w -= lr * m (or lr * (g + momentum * m))."""
+
+  _SLOTS = ('momentum',)
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('momentum', 0.0, 'Momentum coefficient; 0 for plain SGD.')
+    p.Define('nesterov', False, 'Use Nesterov momentum.')
+    return p
+
+  def _Update(self, grad, var, slots, lr, t):
+    p = self.params
+    if not p.momentum:
+      return var.assign_sub(lr * grad)
+    m = slots['momentum'].assign(p.momentum * slots['momentum'] + grad)
+    step = grad + p.momentum * m if p.nesterov else m
+    return var.assign_sub(lr * step)
+
+
+class Adam(BaseOptimizer):
+  """Adam with bias correction; weight_decay > 0 makes it AdamW (decoupled: w -= lr * wd * w)."""
+
+  _SLOTS = ('m', 'v')
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('beta1', 0.9, 'Decay of the first moment.')
+    p.Define('beta2', 0.999, 'Decay of the second moment.')
+    p.Define('epsilon', 1e-8, 'Added to the root of the second moment.')
+    p.Define('weight_decay', 0.0, 'Decoupled weight decay (AdamW); 0 for Adam.')
+    return p
+
+  def _Update(self, grad, var, slots, lr, t):
+    p = self.params
+    m = slots['m'].assign(p.beta1 * slots['m'] + (1.0 - p.beta1) * grad)
+    v = slots['v'].assign(p.beta2 * slots['v'] + (1.0 - p.beta2) * tf.square(grad))
+    m_hat = m / (1.0 - tf.pow(tf.cast(p.beta1, var.dtype), t))
+    v_hat = v / (1.0 - tf.pow(tf.cast(p.beta2, var.dtype), t))
+    update = m_hat / (tf.sqrt(v_hat) + p.epsilon)
+    if p.weight_decay:
+      update += p.weight_decay * var
+    return var.assign_sub(lr * update)
+
+
+def AdamW(weight_decay=0.01):
+  """Params of Adam with decoupled weight decay."""
+  return Adam.Params().Set(weight_decay=weight_decay)
+
+
+class RMSProp(BaseOptimizer):
+  """RMSProp: ms = decay * ms + (1 - decay) * g^2; w -= lr * g / sqrt(ms + eps), with optional momentum."""
+
+  _SLOTS = ('ms', 'mom')
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('decay', 0.9, 'Decay of the mean square.')
+    p.Define('momentum', 0.0, 'Momentum coefficient.')
+    p.Define('epsilon', 1e-10, 'Added inside the square root.')
+    return p
+
+  def _Update(self, grad, var, slots, lr, t):
+    p = self.params
+    ms = slots['ms'].assign(p.decay * slots['ms'] + (1.0 - p.decay) * tf.square(grad))
+    step = grad * tf.math.rsqrt(ms + p.epsilon)
+    if p.momentum:
+      step = slots['mom'].assign(p.momentum * slots['mom'] + step)
+    return var.assign_sub(lr * step)

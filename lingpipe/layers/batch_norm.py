@@ -1,0 +1,64 @@
+"""Batch normalization with moving statistics for evaluation."""
+
+import tensorflow as tf
+
+from lingpipe.core import base_layer
+from lingpipe.core import context
+from lingpipe.core import errors
+from lingpipe.core import weight_init
+
+
+class BatchNormLayer(base_layer.BaseLayer):
+  """Batch normalization over all but the last dimension.
+
+  Training: normalizes with the batch's own mean and variance and moves the moving averages towards them
+  (moving = decay * moving + (1 - decay) * batch). Evaluation: normalizes with the moving averages.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('dim', 0, 'Depth of the input (last dimension).')
+    p.Define('decay', 0.99, 'Decay of the moving mean and variance.')
+    p.Define('epsilon', 1e-3, 'Added to the variance before the square root.')
+    p.Define('use_moving_stats_in_training', False, 'Normalize with the moving statistics even in training '
+             '(frozen batch norm, for fine-tuning).')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    if p.dim <= 0:
+      raise errors.ConfigError('Layer %s: dim must be positive, got %d.' % (self.path, p.dim))
+    if not 0.0 <= p.decay < 1.0:
+      raise errors.ConfigError('Layer %s: decay must be in [0, 1), got %r.' % (self.path, p.decay))
+    zeros, ones = weight_init.WeightInit.Constant(0.0), weight_init.WeightInit.Constant(1.0)
+    self.CreateVariable('beta', weight_init.WeightParams([p.dim], zeros))
+    self.CreateVariable('gamma', weight_init.WeightParams([p.dim], ones))
+    self.CreateVariable('moving_mean', weight_init.WeightParams([p.dim], zeros, trainable=False))
+    self.CreateVariable('moving_variance', weight_init.WeightParams([p.dim], ones, trainable=False))
+
+  def ComputeMoments(self, inputs):
+    """(mean, variance) of `inputs` over every axis but the last."""
+    return tf.nn.moments(inputs, axes=list(range(inputs.shape.rank - 1)))
+
+  def UpdateMovingStats(self, mean, variance):
+    """Moves the moving averages towards (mean, variance); returns the update ops' group."""
+    decay = tf.cast(self.params.decay, mean.dtype)
+    return tf.group(self.moving_mean.assign(self.moving_mean * decay + (1.0 - decay) * mean),
+                    self.moving_variance.assign(self.moving_variance * decay + (1.0 - decay) * variance))
+
+  def FProp(self, inputs):
+    p = self.params
+    self.CheckInputShape(inputs, min_rank=2, last_dim=p.dim)
+    if context.IsTraining() and not p.use_moving_stats_in_training:
+      mean, variance = self.ComputeMoments(inputs)
+      self.UpdateMovingStats(mean, variance)
+    else:
+      mean, variance = self.moving_mean, self.moving_variance
+    return tf.nn.batch_normalization(inputs, mean, variance, self.beta, self.gamma, p.epsilon)
+
+  @classmethod
+  def FPropMeta(cls, params, input_shape):
+    input_shape = tf.TensorShape(input_shape)
+    return base_layer.Meta(input_shape, 8 * (input_shape.num_elements() or 0))

@@ -1,0 +1,78 @@
+"""Spatial pooling over NHWC images: windowed max/average, and global pooling to [N, C]."""
+
+import tensorflow as tf
+
+from lingpipe.core import base_layer
+from lingpipe.core import errors
+
+_TYPES = ('MAX', 'AVG')
+
+
+def _CheckType(layer, pooling_type):
+  if pooling_type not in _TYPES:
+    raise errors.ConfigError('Layer %s: pooling_type must be one of %s, got %r.' % (
+        layer.path, ', '.join(_TYPES), pooling_type))
+
+
+class Pooling2DLayer(base_layer.BaseLayer):
+  """Max or average pooling with a window and stride."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('window_shape', (2, 2), 'Window [height, width].')
+    p.Define('window_stride', (2, 2), 'Stride [height, width].')
+    p.Define('padding', 'SAME', "'SAME' or 'VALID'.")
+    p.Define('pooling_type', 'MAX', "'MAX' or 'AVG'.")
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    _CheckType(self, self.params.pooling_type)
+    if self.params.padding not in ('SAME', 'VALID'):
+      raise errors.ConfigError("Layer %s: padding must be 'SAME' or 'VALID', got %r." % (
+          self.path, self.params.padding))
+
+  def FProp(self, inputs):
+    p = self.params
+    self.CheckInputShape(inputs, rank=4)
+    return tf.nn.pool(inputs, window_shape=list(p.window_shape), pooling_type=p.pooling_type,
+                      strides=list(p.window_stride), padding=p.padding)
+
+  @classmethod
+  def FPropMeta(cls, params, input_shape):
+    n, h, w, c = tf.TensorShape(input_shape).as_list()
+
+    def Out(size, window, stride):
+      if size is None:
+        return None
+      return -(-size // stride) if params.padding == 'SAME' else (size - window) // stride + 1
+
+    oh = Out(h, params.window_shape[0], params.window_stride[0])
+    ow = Out(w, params.window_shape[1], params.window_stride[1])
+    flops = (n or 0) * (oh or 0) * (ow or 0) * c * params.window_shape[0] * params.window_shape[1]
+    return base_layer.Meta([n, oh, ow, c], flops)
+
+
+class GlobalPoolingLayer(base_layer.BaseLayer):
+  """Pools [N, H, W, C] over H and W to [N, C]."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('pooling_type', 'AVG', "'MAX' or 'AVG'.")
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    _CheckType(self, self.params.pooling_type)
+
+  def FProp(self, inputs):
+    self.CheckInputShape(inputs, rank=4)
+    reduce = tf.reduce_max if self.params.pooling_type == 'MAX' else tf.reduce_mean
+    return reduce(inputs, axis=[1, 2])
+
+  @classmethod
+  def FPropMeta(cls, params, input_shape):
+    input_shape = tf.TensorShape(input_shape)
+    return base_layer.Meta([input_shape[0], input_shape[3]], input_shape.num_elements() or 0)

@@ -1,0 +1,66 @@
+"""Evaluation: the task's metrics over an eval set at a checkpoint, written as JSON and summaries."""
+
+import json
+import os
+import sys
+
+import tensorflow as tf
+
+from lingpipe.core import errors
+from lingpipe.runners import checkpointer
+
+
+def ResolveCheckpoint(logdir, checkpoint_path):
+  """`checkpoint_path` if given, else the latest in logdir/train; raises CheckpointError if there is none."""
+  if checkpoint_path:
+    return checkpoint_path
+  train_dir = os.path.join(logdir, checkpointer.TRAIN_DIR)
+  latest = checkpointer.LatestCheckpoint(train_dir)
+  if not latest:
+    raise errors.CheckpointError('No checkpoint in %s: train first (--mode=train) or pass --checkpoint_path.' %
+                                 train_dir)
+  return latest
+
+
+def LoadTask(p, logdir, checkpoint_path=None):
+  """(task, global step, checkpoint path): the task built from `p` with the weights of a checkpoint."""
+  task = p.task.Instantiate()
+  path = ResolveCheckpoint(logdir, checkpoint_path)
+  step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
+  checkpointer.Restore(tf.train.Checkpoint(step=step, task=task), path, partial=True)
+  return task, int(step.numpy()), path
+
+
+def Evaluate(p, logdir, checkpoint_path=None, out=sys.stdout):
+  """Evaluates and returns {metric: value}; writes logdir/eval_<dataset>/metrics-<step>.json and summaries."""
+  if p.input.repeat and not p.task.eval.max_batches:
+    raise errors.ConfigError('The %s input repeats forever (input.repeat=True); set input.repeat=False or '
+                             'task.eval.max_batches.' % p.dataset)
+  task, step, path = LoadTask(p, logdir, checkpoint_path)
+  eval_fn = tf.function(task.ComputeMetrics)
+  sums, weights, batches = {}, {}, 0
+  for batch in p.input.Instantiate().GetDataset():
+    for name, (value, weight) in eval_fn(batch).items():
+      w = float(weight)
+      sums[name] = sums.get(name, 0.0) + float(value) * w
+      weights[name] = weights.get(name, 0.0) + w
+    batches += 1
+    if p.task.eval.max_batches and batches >= p.task.eval.max_batches:
+      break
+  if not batches:
+    raise errors.DataError('The %s input produced no batch (batch_size %d larger than the set, with '
+                           'drop_remainder?).' % (p.dataset, p.input.batch_size))
+  metrics = {name: sums[name] / max(weights[name], 1e-12) for name in sums}
+  metrics['num_examples'] = weights.get('loss', 0.0)
+  eval_dir = os.path.join(logdir, 'eval_%s' % p.dataset.lower())
+  result = dict(model=p.model, dataset=p.dataset, checkpoint=path, step=step, metrics=metrics)
+  text = json.dumps(result, indent=2, sort_keys=True)
+  checkpointer.AtomicWrite(os.path.join(eval_dir, 'metrics-%d.json' % step), text)
+  checkpointer.AtomicWrite(os.path.join(eval_dir, 'metrics.json'), text)
+  with tf.summary.create_file_writer(eval_dir).as_default(step=step):
+    for name, value in metrics.items():
+      tf.summary.scalar('metrics/%s' % name, value)
+  print('Eval of %s at step %d on %s (%d batches): %s' % (p.model, step, p.dataset, batches, ' '.join(
+      '%s=%.4f' % kv for kv in sorted(metrics.items()))), file=out, flush=True)
+  print('Wrote %s' % os.path.join(eval_dir, 'metrics-%d.json' % step), file=out, flush=True)
+  return metrics

@@ -1,0 +1,58 @@
+"""Export: a SavedModel with one serving signature per entry of `Task.Inference()`.
+
+The SavedModel holds the weights and the traced inference graphs only, so `tf.saved_model.load` alone serves it;
+lingpipe need not be installed where it is used.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+
+import tensorflow as tf
+
+from lingpipe.core import errors
+from lingpipe.runners import checkpointer
+from lingpipe.runners import evaler
+
+
+def _SignatureFunction(fn, spec):
+  """A tf.function of positional tensors named after the spec's keys, calling fn(**named)."""
+  keys = list(spec.keys())
+  signature = [tf.TensorSpec(spec[k].shape, spec[k].dtype, name=k) for k in keys]
+
+  def Call(*args):
+    return fn(**dict(zip(keys, args)))
+
+  return tf.function(Call, input_signature=signature)
+
+
+def Export(p, logdir, export_dir=None, checkpoint_path=None, out=sys.stdout):
+  """Writes the SavedModel (atomically: to a temporary folder, then renamed) and returns its path."""
+  task, step, path = evaler.LoadTask(p, logdir, checkpoint_path)
+  export_dir = export_dir or os.path.join(logdir, 'export', 'step_%d' % step)
+  module = tf.Module()
+  module.task = task
+  signatures = {}
+  for name, (fn, spec) in task.Inference().items():
+    if not spec:
+      raise errors.ConfigError('Inference signature %r has no inputs.' % name)
+    function = _SignatureFunction(fn, spec)
+    setattr(module, name, function)
+    signatures[name] = function.get_concrete_function()
+  parent = os.path.dirname(os.path.abspath(export_dir))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(dir=parent, prefix='.export-')
+  try:
+    tf.saved_model.save(module, tmp, signatures=signatures)
+    with open(os.path.join(tmp, 'params.txt'), 'w') as f:
+      f.write(p.ToText())
+    if os.path.exists(export_dir):
+      shutil.rmtree(export_dir)
+    os.replace(tmp, export_dir)
+  finally:
+    if os.path.exists(tmp):
+      shutil.rmtree(tmp)
+  print('Exported %s at step %d (from %s) to %s with signatures: %s' % (
+      p.model, step, path, export_dir, ', '.join(sorted(signatures))), file=out, flush=True)
+  return export_dir

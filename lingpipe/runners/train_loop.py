@@ -1,0 +1,113 @@
+"""The training loop: resume, step in a tf.function, log progress, write summaries and checkpoints."""
+
+import os
+import sys
+import time
+
+import tensorflow as tf
+
+from lingpipe.core import errors
+from lingpipe.runners import checkpointer
+
+
+def _FormatSeconds(seconds):
+  seconds = int(seconds)
+  if seconds >= 3600:
+    return '%dh%02dm' % (seconds // 3600, seconds % 3600 // 60)
+  if seconds >= 60:
+    return '%dm%02ds' % (seconds // 60, seconds % 60)
+  return '%ds' % seconds
+
+
+class TrainLoop:
+  """Trains the task of model params `p` in `logdir` until task.train.max_steps."""
+
+  def __init__(self, p, logdir, out=sys.stdout):
+    self.p, self.logdir, self.out = p, logdir, out
+    self.train_dir = os.path.join(logdir, checkpointer.TRAIN_DIR)
+    tp = p.task.train
+    self.task = p.task.Instantiate()
+    self.optimizer = self.task.CreateOptimizer()
+    self.schedule = self.task.CreateLearningRateSchedule()
+    self.input = p.input.Instantiate()
+    self.iterator = iter(self.input.GetDataset())
+    self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
+    tracked = dict(step=self.global_step, task=self.task, optimizer=self.optimizer)
+    if p.input.checkpoint_iterator:
+      tracked['input'] = self.iterator
+    self.checkpoint = tf.train.Checkpoint(**tracked)
+    self.manager = tf.train.CheckpointManager(self.checkpoint, self.train_dir, max_to_keep=tp.checkpoints_to_keep,
+                                              checkpoint_name='ckpt')
+    self.step_fn = tf.function(self._Step)
+
+  def _Step(self, batch):
+    out = self.task.TrainStep(batch, self.global_step, self.optimizer, self.schedule)
+    with tf.control_dependencies([out.loss, out.grad_norm]):
+      self.global_step.assign_add(tf.cast(out.is_finite, tf.int64))
+    return out
+
+  def Print(self, line):
+    print(line, file=self.out, flush=True)
+
+  def Restore(self):
+    latest = checkpointer.LatestCheckpoint(self.train_dir)
+    if latest:
+      checkpointer.Restore(self.checkpoint, latest)
+      self.Print('Resumed from %s at step %d.' % (latest, int(self.global_step.numpy())))
+    return latest
+
+  def Save(self):
+    path = self.manager.save(checkpoint_number=self.global_step)
+    return path
+
+  def Run(self):
+    p, tp = self.p, self.p.task.train
+    self.Restore()
+    checkpointer.WriteParams(self.logdir, p)
+    writer = tf.summary.create_file_writer(self.train_dir)
+    step = int(self.global_step.numpy())
+    if step >= tp.max_steps:
+      self.Print('Already at step %d >= max_steps %d; nothing to train.' % (step, tp.max_steps))
+      return step
+    self.Print('Training %s from step %d to %d in %s.' % (p.model, step, tp.max_steps, self.logdir))
+    start_time, start_step, last_saved = None, step, step
+    batch_size = p.input.batch_size
+    while step < tp.max_steps:
+      try:
+        batch = next(self.iterator)
+      except StopIteration:
+        self.Print('The training input ran out at step %d (input.repeat is False).' % step)
+        break
+      out = self.step_fn(batch)
+      loss, finite = float(out.loss.numpy()), bool(out.is_finite.numpy())
+      if not finite:
+        latest = self.manager.latest_checkpoint
+        raise errors.NonFiniteLossError(
+            'Step %d: loss %s, gradient norm %s is not finite; stopped without applying it. The last good '
+            'checkpoint is %s. Lower task.train.learning_rate or set task.train.clip_gradient_norm_to_value.' % (
+                step, loss, float(out.grad_norm.numpy()), latest or 'none (no checkpoint was written yet)'))
+      step += 1
+      if start_time is None:  # Measure speed after the first step, which includes tracing.
+        start_time, start_step = time.time(), step
+      if step % tp.summary_interval_steps == 0 or step == tp.max_steps:
+        with writer.as_default(step=step):
+          tf.summary.scalar('loss', loss)
+          tf.summary.scalar('learning_rate', out.learning_rate)
+          tf.summary.scalar('grad_norm', out.grad_norm)
+          for name, value in out.metrics.items():
+            tf.summary.scalar('metrics/%s' % name, value)
+      if step % tp.log_interval_steps == 0 or step == tp.max_steps:
+        elapsed = time.time() - start_time
+        rate = (step - start_step) / elapsed if elapsed > 0 and step > start_step else float('nan')
+        eta = (tp.max_steps - step) / rate if rate == rate and rate > 0 else 0
+        metrics = ' '.join('%s=%.4f' % (k, float(v)) for k, v in sorted(out.metrics.items()) if k != 'loss')
+        self.Print('step %d/%d loss=%.4f %s lr=%.3g steps/s=%.2f examples/s=%.1f eta=%s' % (
+            step, tp.max_steps, loss, metrics, float(out.learning_rate), rate, rate * batch_size,
+            _FormatSeconds(eta)))
+      if step % tp.save_interval_steps == 0:
+        self.Print('Saved checkpoint %s' % self.Save())
+        last_saved = step
+    if step != last_saved:
+      self.Print('Saved checkpoint %s' % self.Save())
+    writer.flush()
+    return step

@@ -1,0 +1,117 @@
+r"""lingpipe-train: train, evaluate, export or inspect a registered model.
+
+    lingpipe-train --model=synthetic.Mlp --logdir=/tmp/mlp                 # train (resumes if interrupted)
+    lingpipe-train --model=synthetic.Mlp --logdir=/tmp/mlp --mode=eval     # metrics JSON of the latest checkpoint
+    lingpipe-train --model=synthetic.Mlp --logdir=/tmp/mlp --mode=export   # SavedModel with a serving signature
+    lingpipe-train --model=synthetic.Mlp --logdir=/tmp/mlp --mode=inspect  # params and variables
+    lingpipe-train --mode=list                                              # registered models
+    lingpipe-train --model=synthetic.Mlp --logdir=/tmp/mlp \
+        --model_params_override="task.train.learning_rate=0.01;input.batch_size=128"
+
+Errors in what the user gave (unknown model, bad override, unusable checkpoint, missing data) print one line and
+exit with status 1; --verbose adds the traceback.
+"""
+
+import os
+import sys
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+from absl import logging
+
+MODES = ('train', 'eval', 'export', 'inspect', 'list')
+
+flags.DEFINE_string('model', None, 'Registered model, e.g. synthetic.Mlp or image.cifar10.AmoebaNetD.')
+flags.DEFINE_string('logdir', None, 'Directory of checkpoints, summaries, params.txt, eval results, exports.')
+flags.DEFINE_enum('mode', 'train', MODES, 'What to do.')
+flags.DEFINE_integer('max_steps', None, 'Overrides task.train.max_steps.')
+flags.DEFINE_string('model_params_override', '', "Params text applied on top of the model's: 'a.b=v;c=w' or "
+                    "'a.b : v' lines.")
+flags.DEFINE_string('model_params_file_override', None, 'A file of params text applied before '
+                    '--model_params_override.')
+flags.DEFINE_integer('seed', None, 'Sets task.random_seed (weights, dropout) and input.seed (shuffling).')
+flags.DEFINE_string('eval_dataset', 'Test', 'Dataset of --mode=eval: Train, Dev or Test.')
+flags.DEFINE_string('checkpoint_path', None, 'Checkpoint prefix for eval/export (default: the latest).')
+flags.DEFINE_string('export_dir', None, 'Where --mode=export writes (default: <logdir>/export/step_<N>).')
+flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors.')
+
+FLAGS = flags.FLAGS
+
+
+def BuildModelParams(model, dataset='Train', params_file=None, override='', max_steps=None, seed=None):
+  """The registered model's params for `dataset` with the file and text overrides, max_steps and seed applied."""
+  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
+  p = model_registry.GetParams(model, dataset)
+  if params_file:
+    if not os.path.exists(params_file):
+      raise errors.DataFileNotFoundError('--model_params_file_override: no file %s.' % params_file)
+    with open(params_file) as f:
+      p.FromText(f.read())
+  if override:
+    p.FromText(override)
+  if max_steps is not None:
+    p.task.train.max_steps = max_steps
+  if seed is not None:
+    p.task.random_seed = seed
+    p.input.seed = seed
+  return p
+
+
+def Run(argv=None, out=sys.stdout):
+  """Runs the mode given by FLAGS; returns what the mode returns."""
+  del argv
+  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import evaler  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import exporter  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import inspector  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import train_loop  # pylint: disable=g-import-not-at-top
+
+  if FLAGS.mode == 'list':
+    for key in sorted(model_registry.GetAllRegisteredModels()):
+      print(key, file=out)
+    return None
+  if not FLAGS.model:
+    raise errors.ConfigError('--model is required (e.g. --model=synthetic.Mlp; --mode=list shows them all).')
+  if FLAGS.mode != 'inspect' and not FLAGS.logdir:
+    raise errors.ConfigError('--logdir is required for --mode=%s (e.g. --logdir=/tmp/run).' % FLAGS.mode)
+  dataset = FLAGS.eval_dataset if FLAGS.mode == 'eval' else 'Train'
+  p = BuildModelParams(FLAGS.model, dataset, FLAGS.model_params_file_override, FLAGS.model_params_override,
+                       FLAGS.max_steps, FLAGS.seed)
+  if FLAGS.mode == 'inspect':
+    return inspector.Inspect(p, out=out)
+  checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)
+  if FLAGS.mode == 'train':
+    return train_loop.TrainLoop(p, FLAGS.logdir, out=out).Run()
+  if FLAGS.mode == 'eval':
+    return evaler.Evaluate(p, FLAGS.logdir, FLAGS.checkpoint_path, out=out)
+  return exporter.Export(p, FLAGS.logdir, FLAGS.export_dir, FLAGS.checkpoint_path, out=out)
+
+
+def main(argv):
+  if len(argv) > 1:
+    print('lingpipe-train: error: unexpected arguments %s (flags look like --name=value).' % argv[1:],
+          file=sys.stderr)
+    return 2
+  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  if not FLAGS.verbose:
+    logging.set_verbosity(logging.WARNING)
+  try:
+    Run()
+  except errors.UserError as e:
+    if FLAGS.verbose:
+      raise
+    print('lingpipe-train: error: %s' % e, file=sys.stderr)
+    return 1
+  return 0
+
+
+def Main():
+  """Console-script entry point."""
+  app.run(lambda argv: sys.exit(main(argv)))
+
+
+if __name__ == '__main__':
+  Main()
