@@ -209,7 +209,8 @@ def _HoldsLayerOrVariable(value):
 
 
 def Meta(out_shapes, flops):
-  """The value FPropMeta returns: output shapes (one TensorShape or a tuple) and forward flops."""
-  if not isinstance(out_shapes, (tuple, list)):
+  """The value FPropMeta returns: output shapes and forward flops. `out_shapes` is one shape (a TensorShape or a
+  list of dims) or a tuple of shapes, one per output."""
+  if not isinstance(out_shapes, tuple):
     out_shapes = (out_shapes,)
   return NestedMap(out_shapes=tuple(tf.TensorShape(s) for s in out_shapes), flops=int(flops))

@@ -338,7 +338,7 @@ class Params:
 
     Blank lines and lines starting with '#' are ignored. Lines may also be separated by ';'.
     """
-    for raw in re.split(r'[\n;]', text):
+    for raw in _SplitStatements(text):
       line = raw.strip()
       if not line or line.startswith('#'):
         continue
@@ -378,6 +378,27 @@ class Params:
     return '%s(\n  %s)' % (self._Owner(), self.ToText().strip().replace('\n', '\n  '))
 
   __str__ = __repr__
+
+
+def _SplitStatements(text):
+  """Splits text into statements at newlines and at ';' outside quotes and brackets."""
+  statements, current, quote, depth = [], [], None, 0
+  for ch in text:
+    if quote:
+      quote = None if ch == quote else quote
+    elif ch in '\'"':
+      quote = ch
+    elif ch in '([{':
+      depth += 1
+    elif ch in ')]}':
+      depth -= 1
+    elif ch == '\n' or (ch == ';' and depth == 0):
+      statements.append(''.join(current))
+      current = []
+      continue
+    current.append(ch)
+  statements.append(''.join(current))
+  return statements
 
 
 def _FlattenValue(path, value):
