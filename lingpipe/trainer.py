@@ -58,7 +58,7 @@ def BuildModelParams(model, dataset='Train', params_file=None, override='', max_
   return p
 
 
-def Run(argv=None, out=sys.stdout):
+def Run(argv=None, out=None):
   """Runs the mode given by FLAGS; returns what the mode returns."""
   del argv
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top

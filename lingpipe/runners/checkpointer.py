@@ -72,31 +72,41 @@ def Restore(checkpoint, path, partial=False):
   """
   files = _CheckpointFiles(path)
   if not any(f.endswith('.index') for f in files):
-    raise errors.CheckpointError('Checkpoint %s is missing its .index file (found: %s). Point to an existing '
-                                 'checkpoint prefix such as <logdir>/train/ckpt-100.' % (
-                                     path, ', '.join(files) or 'nothing'))
+    raise errors.CheckpointError('Checkpoint %s is missing its .index file (found: %s). Restore its files, '
+                                 'point --checkpoint_path to another checkpoint, or delete its line in %s to '
+                                 'fall back to an earlier one.' % (
+                                     path, ', '.join(files) or 'nothing',
+                                     os.path.join(os.path.dirname(path), 'checkpoint')))
   try:
     status = checkpoint.restore(path)
     if partial:
       status.expect_partial().assert_existing_objects_matched()
     else:
       status.assert_consumed()
-  except (tf.errors.OpError, ValueError) as e:
+  except (tf.errors.OpError, IndexError, EOFError) as e:
     first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     raise errors.CheckpointError('Checkpoint %s (files: %s) is corrupt or truncated: %s. Delete these files '
                                  'and the matching line in %s to fall back to the previous checkpoint.' % (
                                      path, ', '.join(os.path.basename(f) for f in files), first_line,
                                      os.path.join(os.path.dirname(path), 'checkpoint'))) from e
-  except AssertionError as e:
+  except (AssertionError, ValueError) as e:  # Unmatched objects, or a variable of another shape.
     detail = str(e).strip().splitlines()[0][:300]
     raise errors.CheckpointError('Checkpoint %s does not match this model (different variables or shapes): '
                                  '%s. Use a fresh --logdir for a changed model.' % (path, detail)) from e
 
 
 def LatestCheckpoint(train_dir):
-  """The newest checkpoint prefix in `train_dir`, or None; a corrupt index file is a CheckpointError."""
+  """The newest checkpoint prefix recorded in `train_dir`'s index, or None when there is none.
+
+  A checkpoint that the index names but whose files are gone is returned all the same, so restoring it fails
+  loudly rather than silently starting over; an unreadable index is a CheckpointError.
+  """
   try:
-    return tf.train.latest_checkpoint(train_dir)
+    state = tf.train.get_checkpoint_state(train_dir)
   except (tf.errors.OpError, ValueError, text_format.ParseError) as e:
     raise errors.CheckpointError('The checkpoint index %s is unreadable (%s). Delete it to start over.' % (
         os.path.join(train_dir, 'checkpoint'), str(e).splitlines()[0])) from e
+  if state is None or not state.model_checkpoint_path:
+    return None
+  path = state.model_checkpoint_path
+  return path if os.path.isabs(path) else os.path.join(train_dir, path)

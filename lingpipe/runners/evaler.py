@@ -31,13 +31,13 @@ def LoadTask(p, logdir, checkpoint_path=None):
   return task, int(step.numpy()), path
 
 
-def Evaluate(p, logdir, checkpoint_path=None, out=sys.stdout):
+def Evaluate(p, logdir, checkpoint_path=None, out=None):
   """Evaluates and returns {metric: value}; writes logdir/eval_<dataset>/metrics-<step>.json and summaries."""
   if p.input.repeat and not p.task.eval.max_batches:
     raise errors.ConfigError('The %s input repeats forever (input.repeat=True); set input.repeat=False or '
                              'task.eval.max_batches.' % p.dataset)
   task, step, path = LoadTask(p, logdir, checkpoint_path)
-  eval_fn = tf.function(task.ComputeMetrics)
+  eval_fn = tf.function(task.ComputeMetrics, autograph=False)
   sums, weights, batches = {}, {}, 0
   for batch in p.input.Instantiate().GetDataset():
     for name, (value, weight) in eval_fn(batch).items():

@@ -24,10 +24,10 @@ def _SignatureFunction(fn, spec):
   def Call(*args):
     return fn(**dict(zip(keys, args)))
 
-  return tf.function(Call, input_signature=signature)
+  return tf.function(Call, input_signature=signature, autograph=False)
 
 
-def Export(p, logdir, export_dir=None, checkpoint_path=None, out=sys.stdout):
+def Export(p, logdir, export_dir=None, checkpoint_path=None, out=None):
   """Writes the SavedModel (atomically: to a temporary folder, then renamed) and returns its path."""
   task, step, path = evaler.LoadTask(p, logdir, checkpoint_path)
   export_dir = export_dir or os.path.join(logdir, 'export', 'step_%d' % step)

@@ -13,7 +13,7 @@ def VariableTable(task):
   return rows
 
 
-def Inspect(p, out=sys.stdout):
+def Inspect(p, out=None):
   task = p.task.Instantiate()
   print('# Params of %s (dataset %s)' % (p.model, p.dataset), file=out)
   print(p.ToText(), file=out)

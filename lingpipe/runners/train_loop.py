@@ -22,7 +22,7 @@ def _FormatSeconds(seconds):
 class TrainLoop:
   """Trains the task of model params `p` in `logdir` until task.train.max_steps."""
 
-  def __init__(self, p, logdir, out=sys.stdout):
+  def __init__(self, p, logdir, out=None):
     self.p, self.logdir, self.out = p, logdir, out
     self.train_dir = os.path.join(logdir, checkpointer.TRAIN_DIR)
     tp = p.task.train
@@ -38,7 +38,7 @@ class TrainLoop:
     self.checkpoint = tf.train.Checkpoint(**tracked)
     self.manager = tf.train.CheckpointManager(self.checkpoint, self.train_dir, max_to_keep=tp.checkpoints_to_keep,
                                               checkpoint_name='ckpt')
-    self.step_fn = tf.function(self._Step)
+    self.step_fn = tf.function(self._Step, autograph=False)
 
   def _Step(self, batch):
     out = self.task.TrainStep(batch, self.global_step, self.optimizer, self.schedule)
