@@ -12,7 +12,11 @@ if _os.path.isdir(_os.path.join(_ROOT, 'params')) and _os.path.isdir(_os.path.jo
     not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), 'params')):
   __path__.append(_ROOT)  # pylint: disable=undefined-variable
 
-from lingpipe.core import base_input_generator
+from lingpipe import quiet_import as _quiet_import
+
+_quiet_import.ImportTensorFlow()
+
+from lingpipe.core import base_input_generator  # pylint: disable=g-import-not-at-top
 from lingpipe.core import base_layer
 from lingpipe.core import base_model_params
 from lingpipe.core import base_task

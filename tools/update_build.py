@@ -29,9 +29,13 @@ def _PyFiles(directory):
   return out
 
 
+# One library per top-level directory: lingpipe/__init__.py imports all of lingpipe/, so finer targets would
+# only hide that dependency.
+_LIBRARY_DEPS = {'lingpipe': [], 'tasks': [':lingpipe'], 'params': [':lingpipe', ':tasks']}
+
+
 def _Library(path):
-  """The library a module belongs to: its directory, with '/' -> '_'."""
-  return os.path.dirname(path).replace('/', '_')
+  return path.split('/', 1)[0]
 
 
 def _List(items, indent='        '):
@@ -45,11 +49,12 @@ def Render():
       if path == 'lingpipe/trainer.py':
         continue
       libraries.setdefault(_Library(path), []).append(path)
-  deps = ['requirement("%s")' % r for r in THIRD_PARTY]
+  third_party = ['requirement("%s")' % r for r in THIRD_PARTY]
   blocks = [HEADER]
   for name in sorted(libraries):
+    deps = _List(_LIBRARY_DEPS[name] + third_party).replace('"requirement', 'requirement').replace(')",', '),')
     blocks.append('py_library(\n    name = "%s",\n    srcs = %s,\n    imports = ["."],\n    deps = %s,\n)\n' % (
-        name, _List(libraries[name]), _List(deps).replace('"requirement', 'requirement').replace(')",', '),')))
+        name, _List(libraries[name]), deps))
   everything = [':' + name for name in sorted(libraries)]
   blocks.append('py_library(\n    name = "all",\n    deps = %s,\n)\n' % _List(everything))
   blocks.append('py_binary(\n    name = "lingpipe_train",\n    srcs = ["lingpipe/trainer.py"],\n'
@@ -64,7 +69,8 @@ def Render():
   for path in _PyFiles('tests'):
     base = os.path.basename(path)
     if base.startswith('test_'):
-      blocks.append('py_test(\n    name = "%s",\n    size = "medium",\n    srcs = ["%s"],\n    main = "%s",\n'
+      blocks.append('py_test(\n    name = "%s",\n    size = "medium",\n    srcs = [\n        "tests/pytest_main.py",\n'
+                    '        "%s",\n    ],\n    args = ["$(rootpath %s)"],\n    main = "tests/pytest_main.py",\n'
                     '    deps = [\n        ":test_support",\n        requirement("pytest"),\n    ],\n)\n' % (
                         os.path.splitext(base)[0], path, path))
   return '\n'.join(blocks)

@@ -1,0 +1,80 @@
+"""End to end through the installed binary: train, SIGKILL, resume, eval, export, serve without lingpipe."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+TRAINER = [sys.executable, '-m', 'lingpipe.trainer']
+
+
+def _Run(*args, timeout=300):
+  return subprocess.run(TRAINER + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+def _LatestStep(train_dir):
+  index = os.path.join(train_dir, 'checkpoint')
+  if not os.path.exists(index):
+    return 0
+  m = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', open(index).read(), re.M)
+  return int(m.group(1)) if m else 0
+
+
+def test_killed_run_resumes_then_evals_and_exports_a_servable_model(tmp_path):
+  logdir = str(tmp_path / 'mlp')
+  train_dir = os.path.join(logdir, 'train')
+  override = 'task.train.save_interval_steps=50;task.train.log_interval_steps=500'
+  proc = subprocess.Popen(TRAINER + ['--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=1000000',
+                                     '--model_params_override=' + override],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  deadline = time.time() + 120
+  while _LatestStep(train_dir) < 150 and time.time() < deadline and proc.poll() is None:
+    time.sleep(0.2)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  killed_at = _LatestStep(train_dir)
+  assert killed_at >= 150, proc.stdout.read()
+
+  resumed = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=%d' % (killed_at + 100),
+                 '--model_params_override=' + override)
+  assert resumed.returncode == 0, resumed.stderr
+  assert 'Resumed from %s/ckpt-%d at step %d.' % (train_dir, killed_at, killed_at) in resumed.stdout
+  assert 'Training synthetic.Mlp from step %d to %d' % (killed_at, killed_at + 100) in resumed.stdout
+  assert _LatestStep(train_dir) == killed_at + 100
+
+  evaluated = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=eval')
+  assert evaluated.returncode == 0, evaluated.stderr
+  accuracy = float(re.search(r'accuracy=([0-9.]+)', evaluated.stdout).group(1))
+  assert accuracy > 0.8, evaluated.stdout
+
+  exported = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=export')
+  assert exported.returncode == 0, exported.stderr
+  export_dir = os.path.join(logdir, 'export', 'step_%d' % (killed_at + 100))
+  assert export_dir in exported.stdout
+
+  # Serve in a fresh interpreter that never imports lingpipe.
+  serve = subprocess.run([sys.executable, '-c', '''
+import sys
+import numpy as np
+import tensorflow as tf
+model = tf.saved_model.load(sys.argv[1])
+out = model.signatures["serving_default"](features=tf.constant(np.ones([5, 16], np.float32)))
+assert "lingpipe" not in sys.modules
+print("probs", out["probs"].shape, "sum", float(tf.reduce_sum(out["probs"])), "ids", out["class_ids"].numpy())
+''', export_dir], capture_output=True, text=True, timeout=120)
+  assert serve.returncode == 0, serve.stderr
+  assert 'probs (5, 4) sum 5.0' in serve.stdout
+
+
+def test_user_error_is_one_line_and_nonzero_exit():
+  result = _Run('--model=synthetic.Mpl', '--logdir=/tmp/unused')
+  assert result.returncode == 1
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(
+      "lingpipe-train: error: Unknown model 'synthetic.Mpl'. Did you mean: synthetic.Mlp?"), result.stderr
