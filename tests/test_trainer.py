@@ -65,6 +65,17 @@ def test_train_resume_eval_export_inspect(capsys, tmp_path):
   assert code == 0 and 'mlp/network/sub_0/w' in out and '16x64' in out and 'trainable parameters' in out
 
 
+def test_relative_logdir(capsys, tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)
+  for mode in ('train', 'train', 'eval', 'export'):
+    code, out, err = RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=runs/mlp', '--max_steps=2',
+                                '--mode=' + mode)
+    assert code == 0, err
+  assert 'Already at step 2' in RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=runs/mlp',
+                                           '--max_steps=2')[1]
+  assert os.path.isdir(tmp_path / 'runs' / 'mlp' / 'export' / 'step_2')
+
+
 def test_list_mode(capsys):
   code, out, _ = RunTrainer(capsys, '--mode=list')
   assert code == 0 and 'synthetic.Mlp' in out.split()

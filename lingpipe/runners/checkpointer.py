@@ -108,5 +108,4 @@ def LatestCheckpoint(train_dir):
         os.path.join(train_dir, 'checkpoint'), str(e).splitlines()[0])) from e
   if state is None or not state.model_checkpoint_path:
     return None
-  path = state.model_checkpoint_path
-  return path if os.path.isabs(path) else os.path.join(train_dir, path)
+  return state.model_checkpoint_path  # get_checkpoint_state already resolved it against train_dir.
