@@ -33,6 +33,7 @@ from lingpipe.core.hyperparams import Params
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.core.weight_init import WeightInit
 from lingpipe.core.weight_init import WeightParams
+from lingpipe.gpipe.pipelining_layer import PipeliningLayer
 from lingpipe.layers.batch_norm import BatchNormLayer
 from lingpipe.layers.conv import Conv2DLayer
 from lingpipe.layers.conv import DepthwiseConv2DLayer

@@ -47,7 +47,71 @@ def StepSeed(seed):
     stack.pop()
 
 
+@contextlib.contextmanager
+def MicroBatch(index):
+  """Within this block, the computation is for micro-batch `index` (an int or int tensor) of a pipeline."""
+  stack = _Stack('micro_batch', None)
+  stack.append(index)
+  try:
+    yield
+  finally:
+    stack.pop()
+
+
 def CurrentStepSeed():
-  """The step seed as an int64 scalar tensor (0 outside any StepSeed block)."""
+  """An int64 scalar seed from the step seed and the micro-batch index (0 and 0 outside such blocks).
+
+  Micro-batch 0 gets the step seed's own stream, so a pipeline with one micro-batch draws exactly what the plain
+  model draws; other micro-batches draw their own masks.
+  """
   seed = _Stack('step_seed', None)[-1]
-  return tf.constant(0, tf.int64) if seed is None else tf.cast(seed, tf.int64)
+  seed = tf.constant(0, tf.int64) if seed is None else tf.cast(seed, tf.int64)
+  micro_batch = _Stack('micro_batch', None)[-1]
+  if micro_batch is None:
+    return seed
+  return seed * 1000003 + tf.cast(micro_batch, tf.int64)
+
+
+class BatchNormStats:
+  """Collects batch-norm moments instead of updating moving averages (the pipeline updates them once per step).
+
+  With discard=True the moments are dropped: used while re-computing a forward pass in the backward.
+  """
+
+  def __init__(self, discard=False):
+    self.discard = discard
+    self.moments = {}  # layer path -> (layer, mean, variance)
+
+  def Add(self, layer, mean, variance):
+    if not self.discard:
+      self.moments[layer.path] = (layer, mean, variance)
+
+
+@contextlib.contextmanager
+def CollectBatchNormStats(collector):
+  stack = _Stack('bn_stats', None)
+  stack.append(collector)
+  try:
+    yield collector
+  finally:
+    stack.pop()
+
+
+def CurrentBatchNormStats():
+  """The active BatchNormStats collector, or None (batch norm then updates its moving averages itself)."""
+  return _Stack('bn_stats', None)[-1]
+
+
+@contextlib.contextmanager
+def Exporting():
+  """Within this block, layers build a single-device inference graph (a pipeline runs its layers in order)."""
+  stack = _Stack('exporting', False)
+  stack.append(True)
+  try:
+    yield
+  finally:
+    stack.pop()
+
+
+def IsExporting():
+  return _Stack('exporting', False)[-1]

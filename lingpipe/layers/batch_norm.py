@@ -53,7 +53,11 @@ class BatchNormLayer(base_layer.BaseLayer):
     self.CheckInputShape(inputs, min_rank=2, last_dim=p.dim)
     if context.IsTraining() and not p.use_moving_stats_in_training:
       mean, variance = self.ComputeMoments(inputs)
-      self.UpdateMovingStats(mean, variance)
+      collector = context.CurrentBatchNormStats()
+      if collector is None:
+        self.UpdateMovingStats(mean, variance)
+      else:  # Inside a pipeline: the moving averages are updated once per step from all micro-batches.
+        collector.Add(self, mean, variance)
     else:
       mean, variance = self.moving_mean, self.moving_variance
     return tf.nn.batch_normalization(inputs, mean, variance, self.beta, self.gamma, p.epsilon)

@@ -11,6 +11,7 @@ import tempfile
 
 import tensorflow as tf
 
+from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.runners import checkpointer
 from lingpipe.runners import evaler
@@ -22,7 +23,8 @@ def _SignatureFunction(fn, spec):
   signature = [tf.TensorSpec(spec[k].shape, spec[k].dtype, name=k) for k in keys]
 
   def Call(*args):
-    return fn(**dict(zip(keys, args)))
+    with context.Exporting():
+      return fn(**dict(zip(keys, args)))
 
   return tf.function(Call, input_signature=signature, autograph=False)
 

@@ -1,0 +1,88 @@
+"""Splitting a batch into micro-batches and merging them back.
+
+A batch is a tensor or a NestedMap (any tf.nest structure) whose every leaf has the batch along `batch_dim`.
+`Split` cuts each leaf into M equal parts; `Merge` concatenates the parts back. A batch that M does not divide is
+an error unless `pad=True`, which appends zero rows to reach a multiple of M; `Merge` then drops them (callers
+that reduce over the batch must mask the padded rows, see `PadMask`).
+"""
+
+import tensorflow as tf
+
+from lingpipe.core import errors
+
+
+def _BatchSize(leaves, batch_dim):
+  sizes = set()
+  for path, leaf in leaves:
+    shape = leaf.shape
+    if shape.rank is None or shape.rank <= batch_dim:
+      raise errors.ShapeError('Micro-batching along dim %d: field %s has shape %s, which has no such dimension.' %
+                              (batch_dim, path or '(input)', shape))
+    if shape[batch_dim] is None:
+      raise errors.ShapeError('Micro-batching needs a static batch size; field %s has shape %s. Batch with '
+                              'drop_remainder=True.' % (path or '(input)', shape))
+    sizes.add(shape[batch_dim])
+  if len(sizes) != 1:
+    raise errors.ShapeError('Fields disagree on the batch size along dim %d: %s.' % (batch_dim, ', '.join(
+        '%s=%s' % (p or '(input)', l.shape[batch_dim]) for p, l in leaves)))
+  return sizes.pop()
+
+
+def _PathsAndLeaves(batch):
+  if isinstance(batch, dict):
+    from lingpipe.core.nested_map import NestedMap  # pylint: disable=g-import-not-at-top
+    paths = NestedMap(batch).Keys()
+  else:
+    paths = [''] * len(tf.nest.flatten(batch))
+  return [(path, tf.convert_to_tensor(leaf)) for path, leaf in zip(paths, tf.nest.flatten(batch))]
+
+
+def NumPadRows(batch_size, num_micro_batches):
+  return -batch_size % num_micro_batches
+
+
+def Split(batch, num_micro_batches, batch_dim=0, pad=False):
+  """Returns (list of M micro-batches with the structure of `batch`, number of zero rows appended)."""
+  leaves = _PathsAndLeaves(batch)
+  if not leaves:
+    raise errors.ConfigError('Cannot micro-batch an input with no tensors.')
+  batch_size = _BatchSize(leaves, batch_dim)
+  m = num_micro_batches
+  if m < 1:
+    raise errors.ConfigError('num_micro_batches must be >= 1, got %d.' % m)
+  if m > batch_size:
+    raise errors.ConfigError('num_micro_batches %d is larger than the batch size %d; use at most %d micro-batches '
+                             'or a larger batch.' % (m, batch_size, batch_size))
+  pad_rows = NumPadRows(batch_size, m)
+  if pad_rows and not pad:
+    raise errors.ConfigError('Batch size %d is not divisible by num_micro_batches %d. Use a batch size that is a '
+                             'multiple of %d (e.g. %d), another micro-batch count, or the pad policy.' % (
+                                 batch_size, m, m, batch_size + pad_rows))
+  parts = []
+  for _, leaf in leaves:
+    if pad_rows:
+      paddings = [[0, 0]] * leaf.shape.rank
+      paddings[batch_dim] = [0, pad_rows]
+      leaf = tf.pad(leaf, paddings)
+    parts.append(tf.split(leaf, m, axis=batch_dim))
+  micro = [tf.nest.pack_sequence_as(batch, [p[i] for p in parts]) for i in range(m)]
+  return micro, pad_rows
+
+
+def Merge(micro_batches, batch_dim=0, pad_rows=0):
+  """Concatenates micro-batches along batch_dim and drops `pad_rows` trailing rows."""
+  flats = [tf.nest.flatten(mb) for mb in micro_batches]
+  merged = []
+  for parts in zip(*flats):
+    leaf = parts[0] if len(parts) == 1 else tf.concat(parts, axis=batch_dim)
+    if pad_rows:
+      size = leaf.shape[batch_dim] - pad_rows
+      leaf = tf.gather(leaf, tf.range(size), axis=batch_dim)
+    merged.append(leaf)
+  return tf.nest.pack_sequence_as(micro_batches[0], merged)
+
+
+def PadMask(batch_size, num_micro_batches, dtype=tf.float32):
+  """[padded batch] mask: 1 for real rows, 0 for the rows Split(pad=True) appended."""
+  pad_rows = NumPadRows(batch_size, num_micro_batches)
+  return tf.concat([tf.ones([batch_size], dtype), tf.zeros([pad_rows], dtype)], axis=0)

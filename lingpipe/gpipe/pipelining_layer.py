@@ -1,0 +1,292 @@
+"""PipeliningLayer: GPipe. A sequence of layers cut into K cells on K devices, fed M micro-batches.
+
+Training (inside `context.Training(True)`): the mini-batch is split into M micro-batches that flow through the
+cells in the schedule's order (schedule.py); each (micro-batch, cell) task runs under its cell's device, as one
+traced function per cell called M times (so graph size and trace time stay flat in M). The backward pass is a
+custom gradient that walks the schedule in reverse, runs each cell's backward on its own device (re-computing the
+forward per the `remat` policy, remat.py), accumulates weight gradients over micro-batches on that device, and
+returns them once: one synchronous update, with the same gradients as the plain sequential model.
+
+Batch norm inside cells normalizes each micro-batch with its own moments (as GPipe does); the moving averages are
+updated once per step from the moments of all micro-batches, i.e. with the whole mini-batch's mean and variance.
+
+Evaluation runs the same forward schedule without gradients; export (`context.Exporting()`) runs the layers one
+after another with no placement and no micro-batching, so the SavedModel needs no pipeline.
+
+What crosses a cell boundary is whatever the last layer of the cell returns: a tensor or a NestedMap, whose
+extra fields carry skip connections and side inputs (masks, paddings) to later cells.
+"""
+
+import tensorflow as tf
+
+from lingpipe.core import base_layer
+from lingpipe.core import cluster
+from lingpipe.core import context
+from lingpipe.core import errors
+from lingpipe.gpipe import microbatch
+from lingpipe.gpipe import partition
+from lingpipe.gpipe import remat
+from lingpipe.gpipe import schedule as schedule_lib
+
+
+class PipeliningLayer(base_layer.BaseLayer):
+  """See the module docstring."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('cell_tpl', [], 'A list of layer Params, one per cell (the cells are given). Or use `layers`.')
+    p.Define('layers', [], 'A flat list of layer Params, cut into num_splits cells by `balance`.')
+    p.Define('num_splits', 1, 'Number of cells K (with `layers`).')
+    p.Define('balance', 'uniform', 'Layers per cell: a list of counts, or one of %s.' % ', '.join(
+        partition.METHODS))
+    p.Define('input_shapes', None, "Shapes of one input batch (a list, or a dict of lists for NestedMap inputs); "
+             "needed by balance='flops'/'time'/'memory' and by inspect's estimates.")
+    p.Define('num_micro_batches', 1, 'Number of micro-batches M per mini-batch.')
+    p.Define('micro_batch_size', 0, 'If > 0, M = batch size / micro_batch_size instead of num_micro_batches.')
+    p.Define('batch_dim', 0, 'The batch dimension of every input leaf.')
+    p.Define('pad', False, 'Pad a batch that M does not divide with zero rows (dropped from the outputs); '
+             'otherwise such a batch is an error.')
+    p.Define('remat', 'always', "Re-materialization: 'always' re-computes each cell's forward in the backward; "
+             "'except_last' stores the last micro-batch's activations (its backward starts at once); 'never' "
+             "stores all activations.")
+    p.Define('schedule', 'gpipe', 'Pipeline schedule: one of %s.' % ', '.join(schedule_lib.SCHEDULES))
+    p.Define('devices', None, 'Device names for the cells (a list of K); None takes the local devices '
+             '(GPUs, else logical CPU devices; see lingpipe.core.cluster).')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    if p.remat not in remat.POLICIES:
+      raise errors.ConfigError('Layer %s: remat must be one of %s, got %r.%s' % (
+          self.path, ', '.join(remat.POLICIES), p.remat, errors.DidYouMean(str(p.remat), remat.POLICIES)))
+    schedule_lib.ForwardOrder(1, 1, p.schedule)  # Validates the schedule name.
+    if p.num_micro_batches < 1 or p.micro_batch_size < 0:
+      raise errors.ConfigError('Layer %s: num_micro_batches must be >= 1 and micro_batch_size >= 0, got %d and %d.'
+                               % (self.path, p.num_micro_batches, p.micro_batch_size))
+    if bool(p.cell_tpl) == bool(p.layers):
+      raise errors.ConfigError('Layer %s: set exactly one of cell_tpl (one Params per cell) and layers (a flat '
+                               'list cut by num_splits and balance).' % self.path)
+    if p.cell_tpl:
+      units, counts = list(p.cell_tpl), [1] * len(p.cell_tpl)
+    else:
+      units = list(p.layers)
+      counts = partition.Partition(units, p.num_splits, p.balance, self._InputShapes(),
+                                   self._SampleInputs() if p.balance in ('time', 'memory') else None)
+    self._num_cells = len(counts)
+    devices = list(p.devices) if p.devices else None
+    self._cluster = cluster.Cluster(devices)
+    self._devices = [self._cluster.Device(k, num_splits=self._num_cells) for k in range(self._num_cells)]
+    bounds = [0]
+    for c in counts:
+      bounds.append(bounds[-1] + c)
+    self._bounds = bounds
+    unit_devices = [self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])]
+    name = 'cell' if p.cell_tpl else 'layers'
+    children = []
+    for i, (unit, device) in enumerate(zip(units, unit_devices)):
+      with tf.device(device):  # Each cell's variables live on its device.
+        children.append(self._BuildChild('%s_%d' % (name, i), unit))
+    tf.Module.__setattr__(self, 'units', children)
+    self._child_names.append('units')
+    self._cell_fns = {}
+
+  # -- structure -----------------------------------------------------------------------------------------------
+  @property
+  def num_cells(self):
+    return self._num_cells
+
+  @property
+  def devices(self):
+    return list(self._devices)
+
+  def CellLayers(self, k):
+    """The layers of cell k."""
+    return list(self.units[self._bounds[k]:self._bounds[k + 1]])
+
+  def CellVariables(self, k):
+    return [v for layer in self.CellLayers(k) for v in layer.trainable_variables]
+
+  def _InputShapes(self):
+    shapes = self.params.input_shapes
+    if shapes is None:
+      return None
+    if isinstance(shapes, dict):
+      from lingpipe.core.nested_map import NestedMap  # pylint: disable=g-import-not-at-top
+      return NestedMap({k: tf.TensorShape(v) for k, v in shapes.items()})
+    return tf.TensorShape(shapes)
+
+  def _SampleInputs(self):
+    shapes = self._InputShapes()
+    if shapes is None:
+      return None
+    return tf.nest.map_structure(lambda s: tf.random.stateless_normal(s, [1, 2]), shapes,
+                                 check_types=False) if not isinstance(shapes, tf.TensorShape) else \
+        tf.random.stateless_normal(shapes, [1, 2])
+
+  @classmethod
+  def FPropMeta(cls, params, *input_shapes):
+    units = params.cell_tpl or params.layers
+    flops, shapes = 0, input_shapes
+    for unit in units:
+      meta = unit.cls.FPropMeta(unit, *shapes)
+      flops += meta.flops
+      shapes = meta.out_shapes
+    return base_layer.Meta(shapes, flops)
+
+  # -- forward -------------------------------------------------------------------------------------------------
+  def _RunCell(self, k, inputs):
+    x = inputs
+    for i, layer in enumerate(self.CellLayers(k)):
+      try:
+        x = layer.FProp(x)
+      except AttributeError as e:
+        if i == 0 and k > 0 and 'NestedMap has no field' in str(e):
+          raise errors.ConfigError('Cell %d (%s) cannot use the output of cell %d (%s): %s' % (
+              k, self.CellLayers(k)[0].path, k - 1, self.CellLayers(k - 1)[-1].path, e)) from e
+        raise
+    return x
+
+  def _CellFn(self, k, training):
+    """A tf.function running cell k on its device: (inputs, micro-batch index) -> (outputs, bn moments)."""
+    key = (k, training)
+    if key not in self._cell_fns:
+      device = self._devices[k]
+
+      def Cell(inputs, micro_batch_index):
+        collector = context.BatchNormStats()
+        with tf.device(device), context.Training(training), context.MicroBatch(micro_batch_index), \
+            context.CollectBatchNormStats(collector):
+          outputs = self._RunCell(k, inputs)
+        return outputs, {path: (mean, variance) for path, (_, mean, variance) in collector.moments.items()}
+
+      self._cell_fns[key] = tf.function(Cell, autograph=False)
+    return self._cell_fns[key]
+
+  def _NumMicroBatches(self, inputs):
+    p = self.params
+    if not p.micro_batch_size:
+      return p.num_micro_batches
+    leaf = tf.nest.flatten(inputs)[0]
+    batch = leaf.shape[p.batch_dim]
+    if batch is None or batch % p.micro_batch_size:
+      raise errors.ConfigError('Layer %s: batch size %s is not a multiple of micro_batch_size %d.' % (
+          self.path, batch, p.micro_batch_size))
+    return batch // p.micro_batch_size
+
+  def FProp(self, inputs):
+    if context.IsExporting():
+      for k in range(self._num_cells):
+        inputs = self._RunCell(k, inputs)
+      return inputs
+    if context.IsTraining():
+      return self._TrainFProp(inputs)
+    return self._Forward(inputs, training=False)[0]
+
+  def _Forward(self, inputs, training, taped=()):
+    """Runs the forward schedule. Returns (merged outputs, per-task record, pad rows, M).
+
+    The record maps (m, k) -> (cell inputs, cell outputs, tape or None); tasks in `taped` are recorded on a tape.
+    """
+    p = self.params
+    num_micro = self._NumMicroBatches(inputs)
+    micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad)
+    record, moments = {}, {}
+    for m, k in schedule_lib.ForwardOrder(num_micro, self._num_cells, p.schedule):
+      cell_in = micro[m] if k == 0 else record[(m, k - 1)][1]
+      index = tf.constant(m, tf.int64)
+      with tf.device(self._devices[k]):
+        if (m, k) in taped:
+          tape = tf.GradientTape(watch_accessed_variables=False)
+          with tape:
+            tape.watch([t for t in tf.nest.flatten(cell_in) if t.dtype.is_floating])
+            tape.watch(self.CellVariables(k))
+            cell_out, stats = self._CellFn(k, training)(cell_in, index)
+        else:
+          tape = None
+          cell_out, stats = self._CellFn(k, training)(cell_in, index)
+      record[(m, k)] = (cell_in, cell_out, tape)
+      for path, mv in stats.items():
+        moments.setdefault(path, (k, []))[1].append(mv)
+    if training:
+      self._UpdateBatchNorm(moments)
+    outputs = microbatch.Merge([record[(m, self._num_cells - 1)][1] for m in range(num_micro)], p.batch_dim,
+                               pad_rows)
+    return outputs, record, pad_rows, num_micro
+
+  def _UpdateBatchNorm(self, moments):
+    """Moves each batch norm's averages once, by the mean and variance of all micro-batches together."""
+    layers = {layer.path: layer for unit in self.units for layer in _Walk(unit)}
+    for path, (k, stats) in moments.items():
+      with tf.device(self._devices[k]):
+        means = tf.stack([mean for mean, _ in stats])
+        second = tf.stack([variance + tf.square(mean) for mean, variance in stats])
+        mean = tf.reduce_mean(means, axis=0)
+        variance = tf.reduce_mean(second, axis=0) - tf.square(mean)
+        layers[path].UpdateMovingStats(mean, variance)
+
+  def _TrainFProp(self, inputs):
+    p = self.params
+    flat_inputs = tf.nest.flatten(inputs)
+    structure = {}
+
+    @tf.custom_gradient
+    def Pipeline(*args):
+      x = tf.nest.pack_sequence_as(inputs, list(args))
+      num_micro = self._NumMicroBatches(x)
+      order = schedule_lib.ForwardOrder(num_micro, self._num_cells, p.schedule)
+      if p.remat == 'never':
+        taped = set(order)
+      elif p.remat == 'except_last':
+        taped = {(m, k) for m, k in order if m == num_micro - 1}
+      else:
+        taped = set()
+      outputs, record, pad_rows, num_micro = self._Forward(x, True, taped)
+      structure['outputs'] = outputs
+      flat_outputs = tf.nest.flatten(outputs)
+
+      def Grad(*dys, variables=None):
+        dy = tf.nest.pack_sequence_as(outputs, [
+            tf.zeros_like(o) if g is None else g for g, o in zip(dys, flat_outputs)])
+        dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
+        grads_in, accumulated = {}, {}
+        for m, k in schedule_lib.BackwardOrder(num_micro, self._num_cells, p.schedule):
+          cell_in, cell_out, tape = record[(m, k)]
+          upstream = dy_micro[m] if k == self._num_cells - 1 else grads_in[(m, k + 1)]
+          cell_vars = self.CellVariables(k)
+          fn = self._CellFn(k, True)
+          index = tf.constant(m, tf.int64)
+          with tf.device(self._devices[k]), context.CollectBatchNormStats(context.BatchNormStats(discard=True)):
+            in_grads, var_grads = remat.Backward(lambda a, fn=fn, index=index: fn(a, index)[0], cell_vars,
+                                                 cell_in, upstream, tape=tape, outputs=cell_out)
+            for var, grad in zip(cell_vars, var_grads):  # Accumulate on the cell's device.
+              ref = var.ref()
+              accumulated[ref] = grad if ref not in accumulated else accumulated[ref] + grad
+          grads_in[(m, k)] = tf.nest.pack_sequence_as(cell_in, in_grads)
+        input_grads = _MergeGrads([grads_in[(m, 0)] for m in range(num_micro)], p.batch_dim, pad_rows)
+        return input_grads, [accumulated.get(v.ref()) for v in (variables or [])]
+
+      return flat_outputs, Grad
+
+    flat_outputs = Pipeline(*flat_inputs)
+    return tf.nest.pack_sequence_as(structure['outputs'], flat_outputs)
+
+
+def _MergeGrads(micro_grads, batch_dim, pad_rows):
+  """Flat input gradients: float leaves merged across micro-batches, None for the others."""
+  flats = [tf.nest.flatten(g) for g in micro_grads]
+  merged = []
+  for parts in zip(*flats):
+    if parts[0] is None:
+      merged.append(None)
+    else:
+      merged.append(tf.nest.flatten(microbatch.Merge([[part] for part in parts], batch_dim, pad_rows))[0])
+  return merged
+
+
+def _Walk(layer):
+  yield layer
+  for child in layer.children.values():
+    for c in (child if isinstance(child, (list, tuple)) else [child]):
+      yield from _Walk(c)

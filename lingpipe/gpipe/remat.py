@@ -1,0 +1,81 @@
+"""Re-materialization: the backward pass of a segment that re-computes its forward instead of storing it.
+
+Measured on TF 2.21 (see DESIGN.md): `tf.recompute_grad` inside a `tf.function` often saves no memory, because the
+executor may run every recomputation as soon as its inputs exist (i.e. during the forward pass) and run weight
+gradients late, so all recomputed activations are alive at once. Two control dependencies fix the order:
+  1. the recomputation waits for the gradient arriving from the next segment, so it runs in the backward pass,
+     one segment at a time;
+  2. the gradient sent to the previous segment waits for this segment's weight gradients, so this segment's
+     recomputed activations are freed before the previous segment starts re-computing.
+
+`Backward` is the per-(cell, micro-batch) backward used by the pipeline; `Recompute(fn)` wraps any function of
+tensors with the same backward, for re-materialization outside a pipeline.
+"""
+
+import tensorflow as tf
+
+POLICIES = ('always', 'except_last', 'never')
+
+
+def _FloatLeaves(structure):
+  return [t for t in tf.nest.flatten(structure) if t.dtype.is_floating]
+
+
+def _GradsOrZeros(grads, tensors):
+  return [tf.zeros_like(t) if g is None else g for g, t in zip(grads, tensors)]
+
+
+def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None):
+  """(input grads, variable grads) of outputs = fn(inputs) for the upstream `output_grads`.
+
+  With `tape` (recorded around the forward, together with its `outputs`), the stored activations are used;
+  without it, `fn(inputs)` is recomputed after `output_grads` exist. Either way the input gradients are made to
+  wait for the variable gradients. Input gradients follow tf.nest.flatten(inputs) (None for non-float leaves);
+  variable gradients follow `variables` (zeros for variables the segment does not use).
+  """
+  flat_inputs = tf.nest.flatten(inputs)
+  float_inputs = [t for t in flat_inputs if t.dtype.is_floating]
+  upstream = [g for g in tf.nest.flatten(output_grads) if g is not None]
+  if tape is None:
+    with tf.control_dependencies(upstream):
+      gated = [tf.identity(t) for t in flat_inputs]  # (1) recompute only once the gradient has arrived.
+    gated_inputs = tf.nest.pack_sequence_as(inputs, gated)
+    float_inputs = [t for t in gated if t.dtype.is_floating]
+    with tf.GradientTape(watch_accessed_variables=False) as tape:
+      tape.watch(float_inputs)
+      tape.watch(variables)
+      outputs = fn(gated_inputs)
+  float_outputs, float_grads = [], []
+  for out, grad in zip(tf.nest.flatten(outputs), tf.nest.flatten(output_grads)):
+    if out.dtype.is_floating:
+      float_outputs.append(out)
+      float_grads.append(tf.zeros_like(out) if grad is None else tf.cast(grad, out.dtype))
+  grads = tape.gradient(float_outputs, list(variables) + float_inputs, output_gradients=float_grads)
+  var_grads = _GradsOrZeros(grads[:len(variables)], variables)
+  with tf.control_dependencies(var_grads):  # (2) the previous segment waits for this one's weight gradients.
+    in_grads = iter(_GradsOrZeros(grads[len(variables):], float_inputs))
+    input_grads = [tf.identity(next(in_grads)) if t.dtype.is_floating else None for t in flat_inputs]
+  return input_grads, var_grads
+
+
+def Recompute(fn, variables_fn=None):
+  """Wraps fn(*tensors) -> tensor(s) so that its backward re-computes it (see the module docstring).
+
+  `variables_fn` returns the trainable variables fn reads (e.g. `lambda: layer.trainable_variables`); by default
+  the variables TensorFlow saw fn read are used.
+  """
+
+  @tf.custom_gradient
+  def Wrapped(*args):
+    outputs = fn(*args)
+
+    def Grad(*dys, variables=None):
+      used = list(variables_fn()) if variables_fn is not None else list(variables or [])
+      input_grads, var_grads = Backward(lambda a: fn(*a), used, list(args),
+                                        tf.nest.pack_sequence_as(outputs, list(dys)))
+      by_ref = {v.ref(): g for v, g in zip(used, var_grads)}
+      return input_grads, [by_ref.get(v.ref()) for v in (variables or [])]
+
+    return outputs, Grad
+
+  return Wrapped

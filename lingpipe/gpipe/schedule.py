@@ -1,0 +1,57 @@
+"""Pipeline schedules: pure functions giving the order of (micro-batch, cell) tasks per clock tick.
+
+GPipe's fill-drain schedule with M micro-batches and K cells runs task (m, k) (micro-batch m through cell k) at
+clock tick m + k. For M=4, K=3 the forward pass is
+
+    tick:     0      1      2      3      4      5
+    cell 0  (0,0)  (1,0)  (2,0)  (3,0)
+    cell 1         (0,1)  (1,1)  (2,1)  (3,1)
+    cell 2                (0,2)  (1,2)  (2,2)  (3,2)
+
+and the backward pass is the same diagram read from right to left, cell K-1 first. Each cell is idle for K-1 of
+the M+K-1 ticks of each pass: the bubble, (K-1)/(M+K-1) of the time, which is small when M >= 4K.
+"""
+
+from lingpipe.core import errors
+
+SCHEDULES = ('gpipe',)
+
+
+def _Check(num_micro_batches, num_cells):
+  if num_micro_batches < 1 or num_cells < 1:
+    raise errors.ConfigError('A schedule needs num_micro_batches >= 1 and num_cells >= 1, got %d and %d.' % (
+        num_micro_batches, num_cells))
+
+
+def ClockCycles(num_micro_batches, num_cells):
+  """Forward ticks of the fill-drain schedule: a list of M+K-1 lists of (micro_batch, cell) run in parallel."""
+  _Check(num_micro_batches, num_cells)
+  return [[(t - k, k) for k in range(num_cells) if 0 <= t - k < num_micro_batches]
+          for t in range(num_micro_batches + num_cells - 1)]
+
+
+def ForwardOrder(num_micro_batches, num_cells, schedule='gpipe'):
+  """(micro_batch, cell) forward tasks in an order that respects every dependency of `schedule`."""
+  if schedule not in SCHEDULES:
+    raise errors.ConfigError('Unknown schedule %r; expected one of %s.%s' % (
+        schedule, ', '.join(SCHEDULES), errors.DidYouMean(schedule, SCHEDULES)))
+  return [task for tick in ClockCycles(num_micro_batches, num_cells) for task in tick]
+
+
+def BackwardOrder(num_micro_batches, num_cells, schedule='gpipe'):
+  """(micro_batch, cell) backward tasks: the forward ticks in reverse, last cell first within a tick."""
+  ForwardOrder(num_micro_batches, num_cells, schedule)
+  ticks = ClockCycles(num_micro_batches, num_cells)
+  return [task for tick in reversed(ticks) for task in sorted(tick, key=lambda mk: -mk[1])]
+
+
+def BubbleFraction(num_micro_batches, num_cells):
+  """Fraction of each device's time spent idle: (K-1)/(M+K-1)."""
+  _Check(num_micro_batches, num_cells)
+  return (num_cells - 1) / (num_micro_batches + num_cells - 1)
+
+
+def IdealSpeedup(num_micro_batches, num_cells):
+  """Speed-up over one device if the cells are balanced and communication is free: K*M/(M+K-1)."""
+  _Check(num_micro_batches, num_cells)
+  return num_cells * num_micro_batches / (num_micro_batches + num_cells - 1)
