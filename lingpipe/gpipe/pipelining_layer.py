@@ -148,20 +148,31 @@ class PipeliningLayer(base_layer.BaseLayer):
         raise
     return x
 
+  def _Body(self, k, training, inputs, micro_batch_index, collector):
+    with tf.device(self._devices[k]), context.Training(training), context.MicroBatch(micro_batch_index), \
+        context.CollectBatchNormStats(collector):
+      return self._RunCell(k, inputs)
+
   def _CellFn(self, k, training):
     """A tf.function running cell k on its device: (inputs, micro-batch index) -> (outputs, bn moments)."""
-    key = (k, training)
+    key = ('forward', k, training)
     if key not in self._cell_fns:
-      device = self._devices[k]
 
       def Cell(inputs, micro_batch_index):
         collector = context.BatchNormStats()
-        with tf.device(device), context.Training(training), context.MicroBatch(micro_batch_index), \
-            context.CollectBatchNormStats(collector):
-          outputs = self._RunCell(k, inputs)
+        outputs = self._Body(k, training, inputs, micro_batch_index, collector)
         return outputs, {path: (mean, variance) for path, (_, mean, variance) in collector.moments.items()}
 
       self._cell_fns[key] = tf.function(Cell, autograph=False)
+    return self._cell_fns[key]
+
+  def _BackwardFn(self, k):
+    """cell k's re-computing backward task (remat.AccumulatingBackward), traced once and called per micro-batch."""
+    key = ('backward', k)
+    if key not in self._cell_fns:
+      # Re-computation must not move batch-norm averages again: its moments are discarded.
+      fn = lambda a, index: self._Body(k, True, a, index, context.BatchNormStats(discard=True))
+      self._cell_fns[key] = remat.AccumulatingBackward(fn, self.CellVariables(k), self._devices[k])
     return self._cell_fns[key]
 
   def _NumMicroBatches(self, inputs):
@@ -255,17 +266,19 @@ class PipeliningLayer(base_layer.BaseLayer):
           cell_in, cell_out, tape = record[(m, k)]
           upstream = dy_micro[m] if k == self._num_cells - 1 else grads_in[(m, k + 1)]
           cell_vars = self.CellVariables(k)
-          fn = self._CellFn(k, True)
-          index = tf.constant(m, tf.int64)
-          with tf.device(self._devices[k]), context.CollectBatchNormStats(context.BatchNormStats(discard=True)):
-            in_grads, var_grads = remat.Backward(lambda a, fn=fn, index=index: fn(a, index)[0], cell_vars,
-                                                 cell_in, upstream, tape=tape, outputs=cell_out)
-            for var, grad in zip(cell_vars, var_grads):  # Accumulate on the cell's device.
-              ref = var.ref()
-              accumulated[ref] = grad if ref not in accumulated else accumulated[ref] + grad
+          with tf.device(self._devices[k]):
+            if k not in accumulated:  # Gradients are summed on the cell's own device.
+              accumulated[k] = [tf.zeros_like(v) for v in cell_vars]
+            if tape is None:
+              in_grads, accumulated[k] = self._BackwardFn(k)(cell_in, upstream, tf.constant(m, tf.int64),
+                                                             accumulated[k])
+            else:
+              in_grads, var_grads = remat.Backward(None, cell_vars, cell_in, upstream, tape=tape, outputs=cell_out)
+              accumulated[k] = [a + g for a, g in zip(accumulated[k], var_grads)]
           grads_in[(m, k)] = tf.nest.pack_sequence_as(cell_in, in_grads)
+        by_ref = {v.ref(): g for k in accumulated for v, g in zip(self.CellVariables(k), accumulated[k])}
         input_grads = _MergeGrads([grads_in[(m, 0)] for m in range(num_micro)], p.batch_dim, pad_rows)
-        return input_grads, [accumulated.get(v.ref()) for v in (variables or [])]
+        return input_grads, [by_ref.get(v.ref()) for v in (variables or [])]
 
       return flat_outputs, Grad
 
