@@ -33,6 +33,9 @@ flags.DEFINE_integer('seed', None, 'Sets task.random_seed (weights, dropout) and
 flags.DEFINE_string('eval_dataset', 'Test', 'Dataset of --mode=eval: Train, Dev or Test.')
 flags.DEFINE_string('checkpoint_path', None, 'Checkpoint prefix for eval/export (default: the latest).')
 flags.DEFINE_string('export_dir', None, 'Where --mode=export writes (default: <logdir>/export/step_<N>).')
+flags.DEFINE_integer('pipeline_devices', None, 'Local devices for pipeline cells: GPUs if there are enough, '
+                     'else this many logical CPU devices (intra_op=1 each). Default: the most num_splits of any '
+                     'PipeliningLayer in the model.')
 flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors.')
 
 FLAGS = flags.FLAGS
@@ -80,6 +83,10 @@ def Run(argv=None, out=None):
   dataset = FLAGS.eval_dataset if FLAGS.mode == 'eval' else 'Train'
   p = BuildModelParams(FLAGS.model, dataset, FLAGS.model_params_file_override, FLAGS.model_params_override,
                        FLAGS.max_steps, FLAGS.seed)
+  from lingpipe.core import cluster  # pylint: disable=g-import-not-at-top
+  num_devices = FLAGS.pipeline_devices if FLAGS.pipeline_devices is not None else cluster.MaxNumSplits(p)
+  if num_devices > 1:  # Before anything runs a TensorFlow op.
+    cluster.ConfigureLocalDevices(num_devices)
   if FLAGS.mode == 'inspect':
     return inspector.Inspect(p, out=out)
   checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)

@@ -3,10 +3,14 @@
 from lingpipe.core import base_model_params
 from lingpipe.core import model_registry
 from lingpipe.core import optimizer
+from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import linear
 from lingpipe.layers import sequential
+from lingpipe.layers import transformer
 from lingpipe.tasks.synthetic import classifier
 from lingpipe.tasks.synthetic import input_generator
+from lingpipe.tasks.synthetic import sequence_input
+from lingpipe.tasks.synthetic import sequence_tagger
 
 
 @model_registry.RegisterSingleTaskModel
@@ -37,4 +41,48 @@ class Mlp(base_model_params.SingleTaskModelParams):
     p.softmax.Set(input_dim=dims[-1], num_classes=self.NUM_CLASSES)
     p.train.Set(optimizer=optimizer.Adam.Params(), learning_rate=3e-3, max_steps=300, save_interval_steps=100,
                 summary_interval_steps=10, log_interval_steps=50)
+    return p
+
+
+@model_registry.RegisterSingleTaskModel
+class DeepMlpGPipe(Mlp):
+  """Mlp's data through an 8-layer MLP cut into 2 pipeline cells, 4 micro-batches, re-materialized."""
+
+  HIDDEN_DIMS = (64,) * 8
+
+  def Task(self):
+    p = super().Task()
+    p.name = 'deep_mlp'
+    p.network = pipelining_layer.PipeliningLayer.Params().Set(
+        layers=p.network.sub, num_splits=2, num_micro_batches=4, remat='always',
+        input_shapes=[64, self.INPUT_DIM])
+    return p
+
+
+@model_registry.RegisterSingleTaskModel
+class TransformerStackGPipe(base_model_params.SingleTaskModelParams):
+  """A 4-layer Transformer T(4, 128, 4) tagging each token with its predecessor; 2 cells, 4 micro-batches."""
+
+  VOCAB, SEQ_LEN, MODEL_DIM, HIDDEN_DIM, HEADS, LAYERS = 32, 16, 64, 128, 4, 4
+
+  def _Input(self, split, num_examples):
+    return sequence_input.SyntheticSequenceInput.Params().Set(
+        split=split, num_examples=num_examples, seq_len=self.SEQ_LEN, vocab_size=self.VOCAB, batch_size=32)
+
+  def Train(self):
+    return self._Input('train', 4096)
+
+  def Test(self):
+    return self._Input('test', 512).Set(shuffle=False, repeat=False, drop_remainder=False)
+
+  def Task(self):
+    p = sequence_tagger.SequenceTagger.Params().Set(
+        name='tagger', vocab_size=self.VOCAB, max_len=self.SEQ_LEN, model_dim=self.MODEL_DIM)
+    layer = transformer.TransformerLayer.Params().Set(
+        model_dim=self.MODEL_DIM, hidden_dim=self.HIDDEN_DIM, num_heads=self.HEADS)
+    p.network = pipelining_layer.PipeliningLayer.Params().Set(
+        layers=[layer.Copy() for _ in range(self.LAYERS)], num_splits=2, num_micro_batches=4, remat='always')
+    p.softmax.Set(input_dim=self.MODEL_DIM, num_classes=self.VOCAB)
+    p.train.Set(learning_rate=3e-3, max_steps=800, save_interval_steps=200, log_interval_steps=100,
+                clip_gradient_norm_to_value=1.0)
     return p

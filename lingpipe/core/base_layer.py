@@ -213,4 +213,11 @@ def Meta(out_shapes, flops):
   list of dims) or a tuple of shapes, one per output."""
   if not isinstance(out_shapes, tuple):
     out_shapes = (out_shapes,)
-  return NestedMap(out_shapes=tuple(tf.TensorShape(s) for s in out_shapes), flops=int(flops))
+  return NestedMap(out_shapes=tuple(_Shape(s) for s in out_shapes), flops=int(flops))
+
+
+def _Shape(shape):
+  """A TensorShape, or a NestedMap of them for layers whose outputs are NestedMaps."""
+  if isinstance(shape, dict):
+    return NestedMap({k: _Shape(v) for k, v in shape.items()})
+  return tf.TensorShape(shape)

@@ -120,6 +120,8 @@ class BaseTask(base_layer.BaseLayer):
     if missing:
       raise errors.ConfigError('No gradient reaches these trainable variables: %s. Are they used in the '
                                'forward pass?' % ', '.join(missing))
+    # Embedding lookups give IndexedSlices; the optimizers update dense slots, so densify them here.
+    grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
     grad_norm = tf.linalg.global_norm(grads)
     if tp.clip_gradient_norm_to_value:
       grads, _ = tf.clip_by_global_norm(grads, tp.clip_gradient_norm_to_value, use_norm=grad_norm)

@@ -93,7 +93,7 @@ def _Profile(layer_params, sample_inputs, measure, repeats=3):
         with context.Training(True):
           y = layer.FProp(x)
         total = tf.add_n([tf.reduce_sum(t) for t in tf.nest.flatten(y) if t.dtype.is_floating])
-      tape.gradient(total, layer.trainable_variables + [t for t in tf.nest.flatten(x) if t.dtype.is_floating])
+      tape.gradient(total, list(layer.trainable_variables) + [t for t in tf.nest.flatten(x) if t.dtype.is_floating])
       return y
 
     y = Run()  # Warm-up (and the next layer's input).

@@ -74,14 +74,14 @@ class PipeliningLayer(base_layer.BaseLayer):
       units = list(p.layers)
       counts = partition.Partition(units, p.num_splits, p.balance, self._InputShapes(),
                                    self._SampleInputs() if p.balance in ('time', 'memory') else None)
-    self._num_cells = len(counts)
+    object.__setattr__(self, '_num_cells', len(counts))
     devices = list(p.devices) if p.devices else None
-    self._cluster = cluster.Cluster(devices)
-    self._devices = [self._cluster.Device(k, num_splits=self._num_cells) for k in range(self._num_cells)]
+    object.__setattr__(self, '_cluster', cluster.Cluster(devices))
+    object.__setattr__(self, '_devices', [self._cluster.Device(k, num_splits=self._num_cells) for k in range(self._num_cells)])
     bounds = [0]
     for c in counts:
       bounds.append(bounds[-1] + c)
-    self._bounds = bounds
+    object.__setattr__(self, '_bounds', bounds)
     unit_devices = [self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])]
     name = 'cell' if p.cell_tpl else 'layers'
     children = []
@@ -90,7 +90,7 @@ class PipeliningLayer(base_layer.BaseLayer):
         children.append(self._BuildChild('%s_%d' % (name, i), unit))
     tf.Module.__setattr__(self, 'units', children)
     self._child_names.append('units')
-    self._cell_fns = {}
+    object.__setattr__(self, '_cell_fns', {})
 
   # -- structure -----------------------------------------------------------------------------------------------
   @property
@@ -202,7 +202,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     """
     p = self.params
     num_micro = self._NumMicroBatches(inputs)
-    micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad)
+    # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
+    micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
     record, moments = {}, {}
     for m, k in schedule_lib.ForwardOrder(num_micro, self._num_cells, p.schedule):
       cell_in = micro[m] if k == 0 else record[(m, k - 1)][1]

@@ -1,0 +1,63 @@
+"""SequenceTagger: token and position embeddings -> a network on NestedMap(x, paddings) -> per-token softmax."""
+
+import tensorflow as tf
+
+from lingpipe.core import base_task
+from lingpipe.core import errors
+from lingpipe.core.nested_map import NestedMap
+from lingpipe.layers import embedding
+from lingpipe.layers import softmax
+
+
+class SequenceTagger(base_task.BaseTask):
+  """Labels every real (non-padded) position of batch.ids; the loss and accuracy ignore padded positions."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('vocab_size', 0, 'Input vocabulary size.')
+    p.Define('max_len', 0, 'Longest sequence (size of the position embedding).')
+    p.Define('model_dim', 0, 'Embedding depth.')
+    p.Define('network', None, 'Layer Params on NestedMap(x=[B, T, model_dim], paddings=[B, T]).')
+    p.Define('softmax', softmax.SoftmaxLayer.Params(), 'Per-token softmax (input_dim = model_dim).')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    if p.network is None or p.vocab_size <= 0 or p.max_len <= 0 or p.model_dim <= 0:
+      raise errors.ConfigError('SequenceTagger %s: set network, vocab_size, max_len and model_dim.' % self.path)
+    self.CreateChild('token_emb', embedding.EmbeddingLayer.Params().Set(
+        vocab_size=p.vocab_size, embedding_dim=p.model_dim, scale_sqrt_depth=True))
+    self.CreateChild('position_emb', embedding.EmbeddingLayer.Params().Set(
+        vocab_size=p.max_len, embedding_dim=p.model_dim))
+    self.CreateChild('network', p.network)
+    self.CreateChild('softmax', p.softmax)
+
+  def ComputePredictions(self, batch):
+    ids, paddings = batch.ids, tf.cast(batch.paddings, self.params.dtype)
+    positions = tf.range(tf.shape(ids)[1])
+    x = self.token_emb.FProp(ids) + self.position_emb.FProp(positions)[None]
+    x *= 1.0 - paddings[..., None]
+    out = self.network.FProp(NestedMap(x=x, paddings=paddings))
+    return NestedMap(logits=self.softmax.Logits(out.x), paddings=paddings)
+
+  def ComputeLoss(self, batch, predictions):
+    weights = 1.0 - predictions.paddings
+    labels = tf.cast(batch.labels, tf.int32)
+    out = self.softmax.XentLoss(predictions.logits, labels, weights)
+    correct = tf.cast(tf.equal(tf.argmax(predictions.logits, -1, output_type=tf.int32), labels), weights.dtype)
+    tokens = tf.reduce_sum(weights)
+    accuracy = tf.reduce_sum(correct * weights) / tf.maximum(tokens, 1.0)
+    return out.avg_xent, {'loss': (out.avg_xent, tokens), 'accuracy': (accuracy, tokens)}
+
+  def Inference(self):
+    spec = NestedMap(ids=tf.TensorSpec([None, None], tf.int32, name='ids'),
+                     paddings=tf.TensorSpec([None, None], tf.float32, name='paddings'))
+
+    def Serve(ids, paddings):
+      out = self.ComputePredictions(NestedMap(ids=ids, paddings=paddings))
+      probs = tf.nn.softmax(out.logits)
+      return {'probs': probs, 'labels': tf.argmax(probs, -1, output_type=tf.int32)}
+
+    return {'serving_default': (Serve, spec)}

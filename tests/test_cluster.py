@@ -1,0 +1,30 @@
+"""Cluster: logical CPU devices, device per split, errors."""
+
+import pytest
+
+from lingpipe.core import cluster
+from lingpipe.core import errors
+from lingpipe.core import model_registry
+
+
+def test_logical_devices_exist():
+  devices = cluster.LocalDevices()
+  assert len(devices) >= 4 and devices[1].endswith('CPU:1')
+  assert cluster.ConfigureLocalDevices(2) == ['/device:CPU:0', '/device:CPU:1']
+
+
+def test_device_per_split_and_remote_names():
+  c = cluster.Cluster(['/job:worker/task:0/device:GPU:0', '/job:worker/task:1/device:GPU:0'])
+  assert c.Device(1) == '/job:worker/task:1/device:GPU:0' and c.num_replicas == 1
+  with pytest.raises(errors.ConfigError, match='The pipeline has 3 splits but only 2 devices'):
+    c.Device(0, num_splits=3)
+
+
+def test_too_late_to_add_devices():
+  with pytest.raises(errors.ConfigError, match='Cannot create 64 logical CPU devices'):
+    cluster.ConfigureLocalDevices(64)
+
+
+def test_max_num_splits_finds_pipelines_in_params():
+  assert cluster.MaxNumSplits(model_registry.GetParams('synthetic.Mlp')) == 0
+  assert cluster.MaxNumSplits(model_registry.GetParams('synthetic.DeepMlpGPipe')) == 2
