@@ -47,6 +47,11 @@ def StepSeed(seed):
     stack.pop()
 
 
+def StepSeedValue():
+  """The value given to the innermost StepSeed block (None outside any), to re-enter it later with StepSeed."""
+  return _Stack('step_seed', None)[-1]
+
+
 @contextlib.contextmanager
 def MicroBatch(index):
   """Within this block, the computation is for micro-batch `index` (an int or int tensor) of a pipeline."""
@@ -69,7 +74,7 @@ def CurrentStepSeed():
   micro_batch = _Stack('micro_batch', None)[-1]
   if micro_batch is None:
     return seed
-  return seed * 1000003 + tf.cast(micro_batch, tf.int64)
+  return seed + tf.cast(micro_batch, tf.int64) * (2**32)  # Distinct from every step seed below 2^32.
 
 
 class BatchNormStats:

@@ -83,16 +83,23 @@ class PipeliningLayer(base_layer.BaseLayer):
       bounds.append(bounds[-1] + c)
     object.__setattr__(self, '_bounds', bounds)
     unit_devices = [self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])]
-    name = 'cell' if p.cell_tpl else 'layers'
+    # With `layers`, children are named like SequentialLayer's ('sub_<i>', attribute 'sub'): variable names, seeds
+    # and checkpoints do not depend on K or M, and equal those of SequentialLayer(sub=layers) of the same name.
+    name = 'cell' if p.cell_tpl else 'sub'
     children = []
     for i, (unit, device) in enumerate(zip(units, unit_devices)):
       with tf.device(device):  # Each cell's variables live on its device.
         children.append(self._BuildChild('%s_%d' % (name, i), unit))
-    tf.Module.__setattr__(self, 'units', children)
-    self._child_names.append('units')
+    tf.Module.__setattr__(self, name, children)
+    self._child_names.append(name)
     object.__setattr__(self, '_cell_fns', {})
 
   # -- structure -----------------------------------------------------------------------------------------------
+  @property
+  def units(self):
+    """The layers (or given cells) in order."""
+    return getattr(self, 'cell' if self.params.cell_tpl else 'sub')
+
   @property
   def num_cells(self):
     return self._num_cells
@@ -242,6 +249,9 @@ class PipeliningLayer(base_layer.BaseLayer):
     p = self.params
     flat_inputs = tf.nest.flatten(inputs)
     structure = {}
+    # The backward runs when the caller asks for gradients, usually outside its StepSeed block: re-enter it so the
+    # re-computation draws the forward's dropout masks.
+    step_seed = context.StepSeedValue()
 
     @tf.custom_gradient
     def Pipeline(*args):
@@ -259,6 +269,10 @@ class PipeliningLayer(base_layer.BaseLayer):
       flat_outputs = tf.nest.flatten(outputs)
 
       def Grad(*dys, variables=None):
+        with context.StepSeed(step_seed):
+          return Backward(dys, variables)
+
+      def Backward(dys, variables):
         dy = tf.nest.pack_sequence_as(outputs, [
             tf.zeros_like(o) if g is None else g for g, o in zip(dys, flat_outputs)])
         dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)

@@ -14,6 +14,8 @@ tensors with the same backward, for re-materialization outside a pipeline.
 
 import tensorflow as tf
 
+from lingpipe.core import context
+
 POLICIES = ('always', 'except_last', 'never')
 
 
@@ -87,11 +89,15 @@ def Recompute(fn, variables_fn=None):
   @tf.custom_gradient
   def Wrapped(*args):
     outputs = fn(*args)
+    # Gradients are usually asked for outside the forward's Training/StepSeed blocks: re-enter them so the
+    # re-computation takes the same branch and draws the same dropout masks.
+    training, step_seed = context.IsTraining(), context.StepSeedValue()
 
     def Grad(*dys, variables=None):
       used = list(variables_fn()) if variables_fn is not None else list(variables or [])
-      input_grads, var_grads = Backward(lambda a: fn(*a), used, list(args),
-                                        tf.nest.pack_sequence_as(outputs, list(dys)))
+      with context.Training(training), context.StepSeed(step_seed):
+        input_grads, var_grads = Backward(lambda a: fn(*a), used, list(args),
+                                          tf.nest.pack_sequence_as(outputs, list(dys)))
       by_ref = {v.ref(): g for v, g in zip(used, var_grads)}
       return input_grads, [by_ref.get(v.ref()) for v in (variables or [])]
 

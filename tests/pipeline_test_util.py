@@ -1,0 +1,86 @@
+"""Layers and helpers for pipeline tests: NestedMap layers with skip fields and int side inputs."""
+
+import numpy as np
+import tensorflow as tf
+
+from lingpipe.core import base_layer
+from lingpipe.core import context
+from lingpipe.core import weight_init
+from lingpipe.core.nested_map import NestedMap
+from lingpipe.gpipe import pipelining_layer
+from lingpipe.layers import linear
+from lingpipe.layers import sequential
+
+
+class SkipProjection(base_layer.BaseLayer):
+  """NestedMap(x, skip, mask) -> NestedMap(x=tanh(x W) * mask + skip, skip=x, mask): a skip field and an int
+  side input that every cell passes on."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('dim', 4, 'Depth.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateVariable('w', weight_init.WeightParams([self.params.dim, self.params.dim]))
+
+  def FProp(self, inputs):
+    mask = tf.cast(inputs.mask, inputs.x.dtype)[:, None]
+    return NestedMap(x=tf.tanh(tf.matmul(inputs.x, self.w)) * mask + inputs.skip, skip=inputs.x, mask=inputs.mask)
+
+  @classmethod
+  def FPropMeta(cls, params, shapes):
+    return base_layer.Meta(NestedMap(shapes), 2 * shapes['x'].num_elements() * params.dim)
+
+
+class Rename(base_layer.BaseLayer):
+  """Outputs NestedMap(h=...): the next SkipProjection cannot use it."""
+
+  def FProp(self, inputs):
+    return NestedMap(h=inputs.x)
+
+
+def Tanh(n, dim=8, dtype=tf.float32):
+  return [linear.ProjectionLayer.Params().Set(input_dim=dim, output_dim=dim, activation='tanh', dtype=dtype)
+          for _ in range(n)]
+
+
+def Pair(layers, dtype=tf.float32, **pipeline_kwargs):
+  """(plain SequentialLayer, PipeliningLayer) over copies of `layers`, with the same weights."""
+  plain = sequential.SequentialLayer.Params().Set(name='net', dtype=dtype, sub=[l.Copy() for l in layers])
+  pipe = pipelining_layer.PipeliningLayer.Params().Set(name='net', dtype=dtype, layers=[l.Copy() for l in layers],
+                                                       **pipeline_kwargs)
+  plain, pipe = plain.Instantiate(), pipe.Instantiate()
+  for a, b in zip(plain.trainable_variables, pipe.trainable_variables):
+    assert a.shape == b.shape
+    b.assign(a)
+  return plain, pipe
+
+
+def LossAndGrads(layer, inputs, seed=0, step=0):
+  """tf.function: (loss, grads of variables, grads of float inputs) of a fixed random projection of the output."""
+
+  @tf.function(autograph=False)
+  def Run(inputs):
+    float_inputs = [t for t in tf.nest.flatten(inputs) if t.dtype.is_floating]
+    with tf.GradientTape() as tape:
+      tape.watch(float_inputs)
+      with context.Training(True), context.StepSeed(step):
+        out = layer.FProp(inputs)
+      x = out.x if isinstance(out, dict) else out
+      target = tf.constant(np.random.RandomState(seed).normal(size=x.shape), x.dtype)
+      loss = tf.reduce_sum(tf.square(x - target))
+    grads = tape.gradient(loss, list(layer.trainable_variables) + float_inputs)
+    return loss, grads[:len(layer.trainable_variables)], grads[len(layer.trainable_variables):]
+
+  return Run(inputs)
+
+
+def AssertClose(reference, actual):
+  """float32 transparency: |a - b| <= 1e-5 |b| + 1e-6 max|b| (what held for K=4, M=1..16 on this machine)."""
+  for ref, act in zip(tf.nest.flatten(reference), tf.nest.flatten(actual)):
+    ref, act = np.asarray(ref), np.asarray(act)
+    scale = np.abs(ref).max() if ref.size else 0.0
+    np.testing.assert_allclose(act, ref, rtol=1e-5, atol=1e-6 * scale + 1e-30)

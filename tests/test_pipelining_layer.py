@@ -1,0 +1,156 @@
+"""PipeliningLayer: transparency against the plain model, batch norm, placement, tracing, errors."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingpipe.core import context
+from lingpipe.core import errors
+from lingpipe.core.nested_map import NestedMap
+from lingpipe.gpipe import pipelining_layer
+from lingpipe.layers import batch_norm
+from lingpipe.layers import dropout
+from lingpipe.layers import linear
+import pipeline_test_util as util
+
+
+def _Input(batch=8, dim=8, seed=1):
+  return tf.constant(np.random.RandomState(seed).normal(size=(batch, dim)).astype(np.float32))
+
+
+@pytest.mark.parametrize('k', [1, 2, 3, 4])
+@pytest.mark.parametrize('m', [1, 2, 4, 8])
+def test_transparency_across_splits_and_micro_batches(k, m):
+  # 5 layers: not divisible by 2, 3 or 4.
+  plain, pipe = util.Pair(util.Tanh(5), num_splits=k, num_micro_batches=m, remat='always')
+  x = _Input()
+  loss, grads, input_grads = util.LossAndGrads(plain, x)
+  p_loss, p_grads, p_input_grads = util.LossAndGrads(pipe, x)
+  util.AssertClose(loss, p_loss)
+  util.AssertClose(grads, p_grads)
+  util.AssertClose(input_grads, p_input_grads)
+
+
+@pytest.mark.parametrize('policy', ['always', 'except_last', 'never'])
+def test_transparency_for_every_remat_policy_with_nested_map_skip_fields(policy):
+  layers = [util.SkipProjection.Params().Set(dim=4) for _ in range(6)]
+  plain, pipe = util.Pair(layers, num_splits=3, num_micro_batches=4, remat=policy)
+  rng = np.random.RandomState(3)
+  inputs = NestedMap(x=tf.constant(rng.normal(size=(8, 4)), tf.float32),
+                     skip=tf.constant(rng.normal(size=(8, 4)), tf.float32),
+                     mask=tf.constant([1, 0, 1, 1, 1, 0, 1, 1], tf.int32))
+  reference = util.LossAndGrads(plain, inputs)
+  util.AssertClose(reference, util.LossAndGrads(pipe, inputs))
+
+
+def test_pad_policy_is_transparent():
+  plain, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4, pad=True)
+  x = _Input(batch=6)
+  util.AssertClose(util.LossAndGrads(plain, x), util.LossAndGrads(pipe, x))
+
+
+def test_float64_transparency_is_exact_to_1e_12():
+  plain, pipe = util.Pair(util.Tanh(6, dtype=tf.float64), dtype=tf.float64, num_splits=4, num_micro_batches=8)
+  x = tf.cast(_Input(batch=16), tf.float64)
+  for ref, act in zip(tf.nest.flatten(util.LossAndGrads(plain, x)), tf.nest.flatten(util.LossAndGrads(pipe, x))):
+    np.testing.assert_allclose(act, ref, rtol=1e-12, atol=1e-14)
+
+
+def test_eval_and_export_forward_match_plain():
+  plain, pipe = util.Pair(util.Tanh(3), num_splits=3, num_micro_batches=2)
+  x = _Input(batch=7)  # Not divisible by 2: evaluation pads.
+  np.testing.assert_allclose(pipe.FProp(x), plain.FProp(x), rtol=1e-5, atol=1e-6)
+  with context.Exporting():
+    np.testing.assert_allclose(pipe.FProp(x), plain.FProp(x), rtol=1e-5, atol=1e-6)
+
+
+def test_deterministic_dropout_is_reproduced_by_the_recompute():
+  layers = util.Tanh(2) + [dropout.DropoutLayer.Params().Set(keep_prob=0.5, deterministic=True)] + util.Tanh(2)
+  x = _Input()
+  # One micro-batch draws exactly the plain model's masks.
+  plain, pipe = util.Pair(layers, num_splits=2, num_micro_batches=1, remat='always')
+  util.AssertClose(util.LossAndGrads(plain, x, step=5), util.LossAndGrads(pipe, x, step=5))
+  # With 4 micro-batches, re-computing (always) and storing (never) the forward see the same masks.
+  _, recomputed = util.Pair(layers, num_splits=2, num_micro_batches=4, remat='always')
+  _, stored = util.Pair(layers, num_splits=2, num_micro_batches=4, remat='never')
+  util.AssertClose(util.LossAndGrads(stored, x, step=5), util.LossAndGrads(recomputed, x, step=5))
+
+
+def test_batch_norm_normalizes_micro_batches_and_updates_averages_once_from_the_whole_batch():
+  layers = [linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8),
+            batch_norm.BatchNormLayer.Params().Set(dim=8, decay=0.9),
+            linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8)]
+  plain, pipe = util.Pair(layers, num_splits=2, num_micro_batches=4, remat='always')
+  x = _Input(batch=16)
+  # Forward: each micro-batch is normalized with its own moments.
+  with context.Training(True):
+    per_micro = tf.concat([plain.FProp(part) for part in tf.split(x, 4)], axis=0)
+  bn = pipe.units[1]
+  for v in (bn.moving_mean, bn.moving_variance):
+    v.assign(tf.zeros_like(v) if 'mean' in v.name else tf.ones_like(v))
+  plain_bn = plain.sub[1]
+  plain_bn.moving_mean.assign(tf.zeros([8]))
+  plain_bn.moving_variance.assign(tf.ones([8]))
+  loss, _, _ = util.LossAndGrads(pipe, x)  # A full training step: forward and re-computing backward.
+  with context.Training(True):
+    np.testing.assert_allclose(pipe.FProp(x), per_micro, rtol=1e-5, atol=1e-5)
+  # Averages: moved once per step (the step above; the FProp just now moved them a second time).
+  with context.Training(True):
+    plain.FProp(x)
+    plain.FProp(x)
+  np.testing.assert_allclose(bn.moving_mean.numpy(), plain_bn.moving_mean.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(bn.moving_variance.numpy(), plain_bn.moving_variance.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_cell_variables_and_gradients_live_on_their_devices():
+  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=2)
+  assert [v.device.endswith('CPU:%d' % (i // 4)) for i, v in enumerate(pipe.trainable_variables)] == [True] * 8
+  x = _Input()
+
+  @tf.function(autograph=False)
+  def Step(x):
+    with tf.GradientTape() as tape:
+      with context.Training(True):
+        loss = tf.reduce_sum(pipe.FProp(x))
+    return tape.gradient(loss, pipe.trainable_variables)
+
+  graph_def = Step.get_concrete_function(x).graph.as_graph_def()
+  devices = {}
+  for function in graph_def.library.function:
+    matmul_devices = {n.device for n in function.node_def if n.op == 'MatMul'}
+    if matmul_devices and 'Step' in function.signature.name:  # The re-computing backward functions.
+      assert len(matmul_devices) == 1, matmul_devices
+      devices[function.signature.name] = matmul_devices.pop()
+  assert sorted(d[-5:] for d in devices.values()) == ['CPU:0', 'CPU:1'], devices
+
+
+def test_each_cell_is_traced_once_whatever_the_number_of_micro_batches():
+  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=8)
+  util.LossAndGrads(pipe, _Input(batch=16))
+  for key, fn in pipe._cell_fns.items():
+    assert fn.experimental_get_tracing_count() == 1, key
+
+
+def test_errors():
+  x = _Input(batch=6)
+  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4)
+  with pytest.raises(errors.ConfigError, match='Batch size 6 is not divisible by num_micro_batches 4'):
+    util.LossAndGrads(pipe, x)
+  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=8)
+  with pytest.raises(errors.ConfigError, match='num_micro_batches 8 is larger than the batch size 6'):
+    util.LossAndGrads(pipe, x)
+  with pytest.raises(errors.ConfigError, match='num_splits 5 is larger than the number of layers 4'):
+    util.Pair(util.Tanh(4), num_splits=5)
+  with pytest.raises(errors.ConfigError, match=r"remat must be one of always, except_last, never, got 'alway'"):
+    util.Pair(util.Tanh(4), remat='alway')
+  with pytest.raises(errors.ConfigError, match='set exactly one of cell_tpl'):
+    pipelining_layer.PipeliningLayer.Params().Set(name='p').Instantiate()
+  with pytest.raises(errors.ConfigError, match='The pipeline has 3 splits but only 2 devices'):
+    util.Pair(util.Tanh(4), num_splits=3, devices=['/device:CPU:0', '/device:CPU:1'])
+  layers = [util.SkipProjection.Params().Set(dim=4), util.Rename.Params(), util.SkipProjection.Params().Set(dim=4)]
+  _, pipe = util.Pair(layers, num_splits=3, balance=[1, 1, 1])
+  inputs = NestedMap(x=tf.ones([2, 4]), skip=tf.ones([2, 4]), mask=tf.ones([2], tf.int32))
+  with pytest.raises(errors.ConfigError) as e:
+    util.LossAndGrads(pipe, inputs)
+  assert str(e.value).startswith("Cell 2 (net/sub_2) cannot use the output of cell 1 (net/sub_1): "
+                                 "NestedMap has no field 'mask'; it has: h.")
