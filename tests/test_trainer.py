@@ -83,7 +83,7 @@ def test_list_mode(capsys):
 
 def test_unknown_model(capsys, tmp_path):
   line = _Error(capsys, '--model=synthetic.Mpl', '--logdir=%s' % tmp_path)
-  assert line.startswith("Unknown model 'synthetic.Mpl'. Did you mean: synthetic.Mlp?")
+  assert line.startswith("Unknown model 'synthetic.Mpl'. Did you mean: synthetic.Mlp")
 
 
 def test_misspelled_override_key(capsys, tmp_path):

@@ -77,4 +77,4 @@ def test_user_error_is_one_line_and_nonzero_exit():
   assert result.returncode == 1
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith(
-      "lingpipe-train: error: Unknown model 'synthetic.Mpl'. Did you mean: synthetic.Mlp?"), result.stderr
+      "lingpipe-train: error: Unknown model 'synthetic.Mpl'. Did you mean: synthetic.Mlp"), result.stderr
