@@ -81,7 +81,8 @@ class TransformerStackGPipe(base_model_params.SingleTaskModelParams):
     layer = transformer.TransformerLayer.Params().Set(
         model_dim=self.MODEL_DIM, hidden_dim=self.HIDDEN_DIM, num_heads=self.HEADS)
     p.network = pipelining_layer.PipeliningLayer.Params().Set(
-        layers=[layer.Copy() for _ in range(self.LAYERS)], num_splits=2, num_micro_batches=4, remat='always')
+        layers=[layer.Copy() for _ in range(self.LAYERS)], num_splits=2, num_micro_batches=4, remat='always',
+        input_shapes={'x': [32, self.SEQ_LEN, self.MODEL_DIM], 'paddings': [32, self.SEQ_LEN]})
     p.softmax.Set(input_dim=self.MODEL_DIM, num_classes=self.VOCAB)
     p.train.Set(learning_rate=3e-3, max_steps=800, save_interval_steps=200, log_interval_steps=100,
                 clip_gradient_norm_to_value=1.0)

@@ -78,3 +78,35 @@ def test_user_error_is_one_line_and_nonzero_exit():
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith(
       "lingpipe-train: error: Unknown model 'synthetic.Mpl'. Did you mean: synthetic.Mlp"), result.stderr
+
+
+@pytest.mark.parametrize('model', ['synthetic.DeepMlpGPipe', 'synthetic.TransformerStackGPipe'])
+def test_gpipe_models_train_eval_export_and_serve_on_one_device(model, tmp_path):
+  logdir = str(tmp_path / 'run')
+  trained = _Run('--model=' + model, '--logdir=' + logdir, '--max_steps=20',
+                 '--model_params_override=task.train.log_interval_steps=10;task.train.save_interval_steps=10')
+  assert trained.returncode == 0, trained.stderr
+  assert 'step 20/20' in trained.stdout
+  evaluated = _Run('--model=' + model, '--logdir=' + logdir, '--mode=eval')
+  assert evaluated.returncode == 0 and 'accuracy=' in evaluated.stdout, evaluated.stderr
+  exported = _Run('--model=' + model, '--logdir=' + logdir, '--mode=export')
+  assert exported.returncode == 0, exported.stderr
+  export_dir = os.path.join(logdir, 'export', 'step_20')
+  inspected = _Run('--model=' + model, '--mode=inspect')
+  assert '# Pipeline' in inspected.stdout and 'CPU:1' in inspected.stdout
+  # A fresh interpreter with one CPU device and no lingpipe serves the export: it needs no pipeline.
+  serve = subprocess.run([sys.executable, '-c', '''
+import sys
+import tensorflow as tf
+assert len(tf.config.list_logical_devices("CPU")) == 1
+fn = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+specs = fn.structured_input_signature[1]
+feeds = {name: tf.ones([3] + [d or 5 for d in spec.shape[1:]], spec.dtype) for name, spec in specs.items()}
+if "paddings" in feeds:
+  feeds["paddings"] = tf.zeros_like(feeds["paddings"])
+out = fn(**feeds)
+assert "lingpipe" not in sys.modules
+print("served", sorted(out))
+''', export_dir], capture_output=True, text=True, timeout=120)
+  assert serve.returncode == 0, serve.stderr
+  assert 'served' in serve.stdout

@@ -132,6 +132,34 @@ class PipeliningLayer(base_layer.BaseLayer):
                                  check_types=False) if not isinstance(shapes, tf.TensorShape) else \
         tf.random.stateless_normal(shapes, [1, 2])
 
+  def CellSummaries(self):
+    """Per cell: NestedMap(cell, layers, device, params, flops, activation_bytes, boundary_bytes).
+
+    flops and activation estimates need params.input_shapes (else they are None). activation_bytes is the sum of
+    the cell's layer outputs for one micro-batch (what re-computing one cell holds); boundary_bytes is the cell's
+    output for the whole mini-batch (what the pipeline keeps between cells).
+    """
+    from lingpipe.core.nested_map import NestedMap  # pylint: disable=g-import-not-at-top
+    shapes = self._InputShapes()
+    num_micro = self.params.num_micro_batches
+    summaries = []
+    for k in range(self._num_cells):
+      layers = self.CellLayers(k)
+      params = sum(v.shape.num_elements() for layer in layers for v in layer.trainable_variables)
+      flops = activation = boundary = None
+      if shapes is not None:
+        flops = activation = 0
+        for layer in layers:
+          meta = type(layer).FPropMeta(layer.params, shapes)
+          shapes = meta.out_shapes[0]
+          flops += meta.flops
+          activation += _Bytes(shapes, self.params.dtype.size, self.params.batch_dim) // num_micro
+        boundary = _Bytes(shapes, self.params.dtype.size, self.params.batch_dim)
+      summaries.append(NestedMap(cell=k, layers=[layer.path for layer in layers], device=self._devices[k],
+                                 params=params, flops=flops, activation_bytes=activation,
+                                 boundary_bytes=boundary))
+    return summaries
+
   @classmethod
   def FPropMeta(cls, params, *input_shapes):
     units = params.cell_tpl or params.layers
@@ -311,6 +339,12 @@ def _MergeGrads(micro_grads, batch_dim, pad_rows):
     else:
       merged.append(tf.nest.flatten(microbatch.Merge([[part] for part in parts], batch_dim, pad_rows))[0])
   return merged
+
+
+def _Bytes(shapes, dtype_size, batch_dim):
+  del batch_dim
+  return sum((s.num_elements() or 0) * dtype_size for s in tf.nest.flatten(shapes, expand_composites=False)
+             if isinstance(s, tf.TensorShape))
 
 
 def _Walk(layer):

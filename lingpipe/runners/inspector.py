@@ -25,8 +25,46 @@ def Inspect(p, out=None):
   for name, shape, device, nbytes, trainable in rows:
     print('%-*s  %-*s  %-*s  %12d  %s' % (widths[0], name, widths[1], shape, widths[2], device, nbytes,
                                           'yes' if trainable else 'no'), file=out)
+  for pipeline in _Pipelines(task):
+    PrintCells(pipeline, out)
   trainable = sum(var.shape.num_elements() for var in task.trainable_variables)
   total_bytes = sum(r[3] for r in rows)
   print('# %d variables, %d trainable parameters, %.2f MiB' % (len(rows), trainable, total_bytes / 2**20),
         file=out, flush=True)
   return rows
+
+
+def _Pipelines(layer):
+  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+  if isinstance(layer, pipelining_layer.PipeliningLayer):
+    yield layer
+  for child in layer.children.values():
+    for c in (child if isinstance(child, (list, tuple)) else [child]):
+      yield from _Pipelines(c)
+
+
+def _Human(n, unit=''):
+  if n is None:
+    return 'n/a'
+  for suffix in ('', 'K', 'M', 'G', 'T'):
+    if abs(n) < 1000:
+      return '%.3g%s%s' % (n, suffix, unit)
+    n /= 1000.0
+  return '%.3gP%s' % (n, unit)
+
+
+def PrintCells(pipeline, out=None):
+  """A table of the pipeline's cells: layers, device, parameters, flops, estimated activation memory."""
+  p = pipeline.params
+  print('# Pipeline %s: %d cells, %d micro-batches, remat=%s, schedule=%s' % (
+      pipeline.path, pipeline.num_cells, p.num_micro_batches, p.remat, p.schedule), file=out)
+  print('%-5s %-28s %-26s %10s %10s %14s %14s' % ('cell', 'layers', 'device', 'params', 'flops',
+                                                  'act/micro-b', 'boundary'), file=out)
+  for s in pipeline.CellSummaries():
+    names = [path.rsplit('/', 1)[-1] for path in s.layers]
+    layers = names[0] if len(names) == 1 else '%s..%s (%d)' % (names[0], names[-1], len(names))
+    print('%-5d %-28s %-26s %10s %10s %14s %14s' % (
+        s.cell, layers, s.device[-26:], _Human(s.params), _Human(s.flops),
+        _Human(s.activation_bytes, 'B'), _Human(s.boundary_bytes, 'B')), file=out)
+  if p.input_shapes is None:
+    print('# (set input_shapes on the PipeliningLayer for flops and activation estimates)', file=out)
