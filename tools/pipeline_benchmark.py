@@ -1,0 +1,234 @@
+r"""GPipe benchmark: throughput over K and M (the paper's Table 1), remat memory and cost, time to first step.
+
+    python tools/pipeline_benchmark.py --out=/tmp/pipeline_benchmark.json
+    python tools/pipeline_benchmark.py --quick        # fewer configurations, for a smoke run
+
+Everything runs in one process, side by side, on K logical CPU devices with one intra-op thread each ("one
+core = one accelerator"), so the ratios are comparable even on a noisy shared machine. A training step here is the
+forward and backward pass (gradients of all weights); the optimizer update is the same for every configuration.
+
+Tables:
+  1. normalized training throughput for K in {1,2,4} x M in {1,2,4,8,32}, for a Transformer stack and a conv
+     stack; 1.0 is the same model without any pipeline (SequentialLayer), measured in the same run;
+  2. K=2 speed-up over K=1 at the same M beside the ideal K*M/(M+K-1) (this machine has 2 cores);
+  3. K=1, M=1 pipeline overhead against the plain model (remat never and always);
+  4. peak memory (get_memory_info) and step time per remat policy, with the analytic bound for remat=always;
+  5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from lingpipe.core import cluster  # pylint: disable=g-import-not-at-top
+
+NUM_DEVICES = 4
+
+
+def _Args():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--out', default='pipeline_benchmark.json', help='Where to write the JSON results.')
+  parser.add_argument('--quick', action='store_true', help='Fewer configurations and steps.')
+  parser.add_argument('--steps', type=int, default=5, help='Timed steps per configuration (median is kept).')
+  parser.add_argument('--inter_op', type=int, default=NUM_DEVICES, help='Inter-op threads.')
+  return parser.parse_args()
+
+
+ARGS = _Args()
+cluster.ConfigureLocalDevices(NUM_DEVICES, intra_op_threads=1, inter_op_threads=ARGS.inter_op)
+
+import numpy as np  # pylint: disable=g-import-not-at-top,g-bad-import-order
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+from lingpipe.core import context  # pylint: disable=g-import-not-at-top
+from lingpipe.core.nested_map import NestedMap  # pylint: disable=g-import-not-at-top
+from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
+from lingpipe.layers import conv  # pylint: disable=g-import-not-at-top
+from lingpipe.layers import linear  # pylint: disable=g-import-not-at-top
+from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
+from lingpipe.layers import transformer  # pylint: disable=g-import-not-at-top
+
+
+class Model:
+  """A stack of layers and a batch for it."""
+
+  def __init__(self, name, layers, inputs):
+    self.name, self.layers, self.inputs = name, layers, inputs
+
+
+def TransformerStack(num_layers=8, batch=64, seq_len=32, dim=128, hidden=512, heads=4):
+  layer = transformer.TransformerLayer.Params().Set(model_dim=dim, hidden_dim=hidden, num_heads=heads)
+  rng = np.random.RandomState(0)
+  inputs = NestedMap(x=tf.constant(rng.normal(size=(batch, seq_len, dim)), tf.float32),
+                     paddings=tf.zeros([batch, seq_len]))
+  return Model('transformer T(%d,%d,%d) d=%d, batch %dx%d' % (num_layers, hidden, heads, dim, batch, seq_len),
+               [layer.Copy() for _ in range(num_layers)], inputs)
+
+
+def ConvStack(num_layers=8, batch=64, size=32, channels=32):
+  layer = conv.Conv2DLayer.Params().Set(filter_shape=(3, 3, channels, channels), activation='relu')
+  inputs = tf.constant(np.random.RandomState(0).normal(size=(batch, size, size, channels)), tf.float32)
+  return Model('conv %d x 3x3x%d, batch %d of %dx%d' % (num_layers, channels, batch, size, size),
+               [layer.Copy() for _ in range(num_layers)], inputs)
+
+
+def MlpStack(num_layers=32, batch=2048, dim=256):
+  layer = linear.ProjectionLayer.Params().Set(input_dim=dim, output_dim=dim, activation='tanh')
+  inputs = tf.constant(np.random.RandomState(0).normal(size=(batch, dim)), tf.float32)
+  return Model('tanh MLP %d x %d, batch %d' % (num_layers, dim, batch), [layer.Copy() for _ in range(num_layers)],
+               inputs)
+
+
+_COUNTER = [0]
+
+
+def Build(model, k=None, m=1, remat='never'):
+  """The plain SequentialLayer (k=None) or a PipeliningLayer with K=k, M=m."""
+  _COUNTER[0] += 1
+  name = 'net%d' % _COUNTER[0]
+  if k is None:
+    return sequential.SequentialLayer.Params().Set(name=name, sub=[l.Copy() for l in model.layers]).Instantiate()
+  return pipelining_layer.PipeliningLayer.Params().Set(
+      name=name, layers=[l.Copy() for l in model.layers], num_splits=k, num_micro_batches=m,
+      remat=remat).Instantiate()
+
+
+def StepFunction(layer):
+
+  @tf.function(autograph=False)
+  def Step(inputs):
+    with tf.GradientTape() as tape:
+      with context.Training(True):
+        out = layer.FProp(inputs)
+      x = out.x if isinstance(out, dict) else out
+      loss = tf.reduce_mean(tf.square(x))
+    return loss, tape.gradient(loss, layer.trainable_variables)
+
+  return Step
+
+
+def Measure(model, k=None, m=1, remat='never', steps=None, memory=False):
+  """{'step_s', 'first_step_s', 'examples_per_s'[, 'peak_mib']} of one configuration."""
+  steps = steps or ARGS.steps
+  layer = Build(model, k, m, remat)
+  step = StepFunction(layer)
+  start = time.perf_counter()
+  tf.nest.map_structure(lambda t: t.numpy(), step(model.inputs))
+  first = time.perf_counter() - start
+  step(model.inputs)  # Warm-up.
+  times = []
+  for _ in range(steps):
+    start = time.perf_counter()
+    tf.nest.map_structure(lambda t: t.numpy(), step(model.inputs))
+    times.append(time.perf_counter() - start)
+  batch = tf.nest.flatten(model.inputs)[0].shape[0]
+  result = dict(step_s=statistics.median(times), first_step_s=first)
+  result['examples_per_s'] = batch / result['step_s']
+  if memory:
+    tf.config.experimental.reset_memory_stats('CPU:0')
+    base = tf.config.experimental.get_memory_info('CPU:0')['current']
+    step(model.inputs)
+    result['peak_mib'] = (tf.config.experimental.get_memory_info('CPU:0')['peak'] - base) / 2**20
+  return result
+
+
+def Table1(model, ks, ms):
+  plain = Measure(model)
+  rows = {'plain': plain}
+  print('\n## %s: normalized training throughput (plain model = 1.00, %.1f examples/s)' % (
+      model.name, plain['examples_per_s']))
+  print('%-6s' % 'K' + ''.join('%9s' % ('M=%d' % m) for m in ms))
+  for k in ks:
+    line = '%-6s' % ('K=%d' % k)
+    for m in ms:
+      r = Measure(model, k, m, remat='always')
+      rows['K=%d,M=%d' % (k, m)] = r
+      line += '%9.2f' % (r['examples_per_s'] / plain['examples_per_s'])
+    print(line, flush=True)
+  return rows
+
+
+def Speedups(rows, ms, k=2):
+  print('\n## K=%d speed-up over K=1 at the same M (remat always), beside the ideal K*M/(M+K-1)' % k)
+  print('%-6s %10s %10s %10s' % ('M', 'measured', 'ideal', 'ratio'))
+  out = {}
+  for m in ms:
+    measured = rows['K=%d,M=%d' % (k, m)]['examples_per_s'] / rows['K=1,M=%d' % m]['examples_per_s']
+    ideal = schedule.IdealSpeedup(m, k)
+    out[m] = dict(measured=measured, ideal=ideal, ratio=measured / ideal)
+    print('%-6d %10.2f %10.2f %10.2f' % (m, measured, ideal, measured / ideal), flush=True)
+  return out
+
+
+def Overhead(model):
+  plain = Measure(model, steps=ARGS.steps * 2)
+  out = {}
+  print('\n## K=1, M=1 pipeline step time / plain step time (%s)' % model.name)
+  for remat in ('never', 'always'):
+    r = Measure(model, 1, 1, remat, steps=ARGS.steps * 2)
+    out[remat] = r['step_s'] / plain['step_s']
+    print('remat=%-8s %.3fx' % (remat, out[remat]), flush=True)
+  return out
+
+
+def RematTable(model, k, m):
+  print('\n## Remat policies, %s, K=%d, M=%d: peak memory above the weights and step time' % (model.name, k, m))
+  batch, dim = model.inputs.shape
+  num_layers = len(model.layers)
+  row_bytes = dim * 4
+  # Analytic bound for remat=always: the inputs, outputs and their gradients for the whole batch (boundaries of
+  # all micro-batches), plus one micro-batch re-computed through one cell (each layer keeps its input and output),
+  # plus the weight gradients and their accumulators (2 x weights).
+  boundary = 4 * batch * row_bytes * k
+  one_cell = 2 * (num_layers // k + 1) * (batch // m) * row_bytes
+  weights = num_layers * (dim * dim + dim) * 4
+  bound = (boundary + one_cell + 2 * weights) / 2**20
+  out = {}
+  for remat in ('never', 'except_last', 'always'):
+    out[remat] = Measure(model, k, m, remat, memory=True)
+    print('remat=%-12s peak %7.1f MiB   step %.3f s' % (remat, out[remat]['peak_mib'], out[remat]['step_s']),
+          flush=True)
+  out['bound_mib'] = bound
+  out['always_vs_bound'] = out['always']['peak_mib'] / bound
+  out['never_vs_always_memory'] = out['never']['peak_mib'] / out['always']['peak_mib']
+  out['always_vs_never_time'] = out['always']['step_s'] / out['never']['step_s']
+  print('analytic bound for always: %.1f MiB; always/bound %.2f; never/always memory %.2fx; always/never time '
+        '%.2fx' % (bound, out['always_vs_bound'], out['never_vs_always_memory'], out['always_vs_never_time']))
+  return out
+
+
+def TimeToFirstStep(ms):
+  print('\n## Time to first step (trace + first run), 12-layer Transformer, K=4')
+  out = {}
+  for m in ms:
+    model = TransformerStack(num_layers=12, batch=64)
+    r = Measure(model, 4, m, 'always', steps=1)
+    out[m] = r['first_step_s']
+    print('M=%-3d %.2f s' % (m, out[m]), flush=True)
+  return out
+
+
+def main():
+  ks, ms = ([1, 2], [1, 4, 8]) if ARGS.quick else ([1, 2, 4], [1, 2, 4, 8, 32])
+  results = dict(devices=cluster.LocalDevices()[:NUM_DEVICES], steps=ARGS.steps, quick=ARGS.quick)
+  results['table1'] = {}
+  for model in (TransformerStack(), ConvStack()):
+    rows = Table1(model, ks, ms)
+    results['table1'][model.name] = rows
+    results.setdefault('speedup_k2', {})[model.name] = Speedups(rows, ms)
+  results['overhead_k1m1'] = Overhead(TransformerStack())
+  results['remat'] = RematTable(MlpStack(), 2, 8)
+  results['time_to_first_step'] = TimeToFirstStep([4, 32] if not ARGS.quick else [4, 8])
+  with open(ARGS.out, 'w') as f:
+    json.dump(results, f, indent=2, sort_keys=True)
+  print('\nWrote %s' % ARGS.out)
+
+
+if __name__ == '__main__':
+  main()
