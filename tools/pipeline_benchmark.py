@@ -13,7 +13,9 @@ Tables:
   2. K=2 speed-up over K=1 at the same M beside the ideal K*M/(M+K-1) (this machine has 2 cores);
   3. K=1, M=1 pipeline overhead against the plain model (remat never and always);
   4. peak memory (get_memory_info) and step time per remat policy, with the analytic bound for remat=always;
-  5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32.
+  5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32;
+  6. the machine's own ceiling: two independent copies of the plain model on two devices in one step against
+     one copy, i.e. the best any 2-way split can do here (shared caches, memory bandwidth, clock boost).
 """
 
 import argparse
@@ -36,6 +38,8 @@ def _Args():
   parser.add_argument('--quick', action='store_true', help='Fewer configurations and steps.')
   parser.add_argument('--steps', type=int, default=5, help='Timed steps per configuration (median is kept).')
   parser.add_argument('--inter_op', type=int, default=NUM_DEVICES, help='Inter-op threads.')
+  parser.add_argument('--sections', default='table1,ceiling,overhead,remat,ttfs',
+                      help='Comma-separated sections to run: table1, ceiling, overhead, remat, ttfs.')
   return parser.parse_args()
 
 
@@ -154,15 +158,22 @@ def Table1(model, ks, ms):
   return rows
 
 
-def Speedups(rows, ms, k=2):
+def Speedups(rows, ms, ceiling=None, k=2):
+  """K=2 over K=1 at the same M, against the ideal K*M/(M+K-1) and, when the machine's two-device `ceiling`
+  is known, against the ideal scaled by ceiling/K (what this hardware allows)."""
   print('\n## K=%d speed-up over K=1 at the same M (remat always), beside the ideal K*M/(M+K-1)' % k)
-  print('%-6s %10s %10s %10s' % ('M', 'measured', 'ideal', 'ratio'))
+  print('%-6s %10s %10s %10s %16s %10s' % ('M', 'measured', 'ideal', 'ratio', 'machine ideal', 'ratio'))
   out = {}
   for m in ms:
     measured = rows['K=%d,M=%d' % (k, m)]['examples_per_s'] / rows['K=1,M=%d' % m]['examples_per_s']
     ideal = schedule.IdealSpeedup(m, k)
     out[m] = dict(measured=measured, ideal=ideal, ratio=measured / ideal)
-    print('%-6d %10.2f %10.2f %10.2f' % (m, measured, ideal, measured / ideal), flush=True)
+    line = '%-6d %10.2f %10.2f %10.2f' % (m, measured, ideal, measured / ideal)
+    if ceiling:
+      machine = ideal * ceiling / k
+      out[m].update(machine_ideal=machine, machine_ratio=measured / machine)
+      line += ' %16.2f %10.2f' % (machine, measured / machine)
+    print(line, flush=True)
   return out
 
 
@@ -203,6 +214,37 @@ def RematTable(model, k, m):
   return out
 
 
+def Ceiling(model):
+  """Throughput of two independent plain models on CPU:0 and CPU:1 in one step, over one model."""
+  single = Measure(model)
+  layers = [Build(model) for _ in range(2)]
+  devices = cluster.LocalDevices()[:2]
+
+  @tf.function(autograph=False)
+  def Both(inputs):
+    outs = []
+    for layer, device in zip(layers, devices):
+      with tf.device(device):
+        with tf.GradientTape() as tape:
+          with context.Training(True):
+            out = layer.FProp(inputs)
+          x = out.x if isinstance(out, dict) else out
+          loss = tf.reduce_mean(tf.square(x))
+        outs.append((loss, tape.gradient(loss, layer.trainable_variables)))
+    return outs
+
+  Both(model.inputs)
+  times = []
+  for _ in range(ARGS.steps):
+    start = time.perf_counter()
+    tf.nest.map_structure(lambda t: t.numpy(), Both(model.inputs))
+    times.append(time.perf_counter() - start)
+  scaling = 2 * single['step_s'] / statistics.median(times)
+  print('%s: 2 independent copies on 2 devices run %.2fx the throughput of one' % (model.name, scaling),
+        flush=True)
+  return scaling
+
+
 def TimeToFirstStep(ms):
   print('\n## Time to first step (trace + first run), 12-layer Transformer, K=4')
   out = {}
@@ -217,14 +259,26 @@ def TimeToFirstStep(ms):
 def main():
   ks, ms = ([1, 2], [1, 4, 8]) if ARGS.quick else ([1, 2, 4], [1, 2, 4, 8, 32])
   results = dict(devices=cluster.LocalDevices()[:NUM_DEVICES], steps=ARGS.steps, quick=ARGS.quick)
-  results['table1'] = {}
-  for model in (TransformerStack(), ConvStack()):
-    rows = Table1(model, ks, ms)
-    results['table1'][model.name] = rows
-    results.setdefault('speedup_k2', {})[model.name] = Speedups(rows, ms)
-  results['overhead_k1m1'] = Overhead(TransformerStack())
-  results['remat'] = RematTable(MlpStack(), 2, 8)
-  results['time_to_first_step'] = TimeToFirstStep([4, 32] if not ARGS.quick else [4, 8])
+  sections = ARGS.sections.split(',')
+  if 'table1' in sections:
+    results['table1'] = {}
+    for model in (TransformerStack(), ConvStack()):
+      ceiling = None
+      if 'ceiling' in sections:
+        print('\n## Two-device ceiling of this machine')
+        ceiling = results.setdefault('two_device_ceiling', {})[model.name] = Ceiling(model)
+      rows = Table1(model, ks, ms)
+      results['table1'][model.name] = rows
+      results.setdefault('speedup_k2', {})[model.name] = Speedups(rows, ms, ceiling)
+  elif 'ceiling' in sections:
+    print('\n## Two-device ceiling of this machine')
+    results['two_device_ceiling'] = {m.name: Ceiling(m) for m in (TransformerStack(), ConvStack())}
+  if 'overhead' in sections:
+    results['overhead_k1m1'] = Overhead(TransformerStack())
+  if 'remat' in sections:
+    results['remat'] = RematTable(MlpStack(), 2, 8)
+  if 'ttfs' in sections:
+    results['time_to_first_step'] = TimeToFirstStep([4, 32] if not ARGS.quick else [4, 8])
   with open(ARGS.out, 'w') as f:
     json.dump(results, f, indent=2, sort_keys=True)
   print('\nWrote %s' % ARGS.out)
