@@ -11,6 +11,7 @@ from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import batch_norm
 from lingpipe.layers import dropout
 from lingpipe.layers import linear
+from lingpipe.layers import sequential
 import pipeline_test_util as util
 
 
@@ -154,3 +155,19 @@ def test_errors():
     util.LossAndGrads(pipe, inputs)
   assert str(e.value).startswith("Cell 2 (net/sub_2) cannot use the output of cell 1 (net/sub_1): "
                                  "NestedMap has no field 'mask'; it has: h.")
+
+
+def test_cell_tpl_gives_one_cell_per_params():
+  cells = [sequential_params(util.Tanh(2)), sequential_params(util.Tanh(3))]
+  pipe = pipelining_layer.PipeliningLayer.Params().Set(name='net', cell_tpl=cells, num_micro_batches=2).Instantiate()
+  plain = sequential.SequentialLayer.Params().Set(name='net', sub=[c.Copy() for c in cells]).Instantiate()
+  for a, b in zip(plain.trainable_variables, pipe.trainable_variables):
+    b.assign(a)
+  assert pipe.num_cells == 2 and [layer.path for layer in pipe.units] == ['net/cell_0', 'net/cell_1']
+  assert pipe.CellVariables(1)[0].device.endswith('CPU:1')
+  x = _Input()
+  util.AssertClose(util.LossAndGrads(plain, x), util.LossAndGrads(pipe, x))
+
+
+def sequential_params(layers):
+  return sequential.SequentialLayer.Params().Set(sub=layers)
