@@ -8,33 +8,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingpipe.core import hyperparams
+from lingpipe.core import cluster
 from lingpipe.core import model_registry
 
 MODELS = sorted(model_registry.GetAllRegisteredModels())
 
 
-def _MaxMicroBatches(params):
-  found = [1]
-
-  def Walk(value):
-    if isinstance(value, hyperparams.Params):
-      if 'num_micro_batches' in value and 'cell_tpl' in value:
-        found.append(value.num_micro_batches)
-      for _, v in value.IterParams():
-        Walk(v)
-    elif isinstance(value, (list, tuple)):
-      for v in value:
-        Walk(v)
-
-  Walk(params)
-  return max(found)
-
-
 @pytest.mark.parametrize('name', MODELS)
 def test_model_builds_and_trains_one_step(name):
   p = model_registry.GetParams(name, 'Train')
-  p.input.batch_size = min(p.input.batch_size, max(2, _MaxMicroBatches(p.task)))
+  p.input.batch_size = min(p.input.batch_size, max([2] + [q.num_micro_batches for q in cluster.PipelineParams(p.task)]))
   p.input.shuffle_buffer_size = 16
   task = p.task.Instantiate()
   opt = task.CreateOptimizer()

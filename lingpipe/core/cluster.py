@@ -85,24 +85,12 @@ class Cluster:
     return row[split % len(row)]
 
 
-def MaxNumSplits(params):
-  """The largest num_splits of any PipeliningLayer in a Params tree (0 if there is none)."""
+def PipelineParams(params):
+  """The Params of every PipeliningLayer in a Params tree (found by their cell_tpl and num_splits fields)."""
   from lingpipe.core import hyperparams  # pylint: disable=g-import-not-at-top
-  best = 0
+  return [p for p in hyperparams.IterNested(params) if 'cell_tpl' in p and 'num_splits' in p]
 
-  def Walk(value):
-    nonlocal best
-    if isinstance(value, hyperparams.Params):
-      if 'num_splits' in value and 'num_micro_batches' in value:
-        splits = value.num_splits
-        if value.cell_tpl:
-          splits = len(value.cell_tpl)
-        best = max(best, splits or 0)
-      for _, v in value.IterParams():
-        Walk(v)
-    elif isinstance(value, (list, tuple)):
-      for v in value:
-        Walk(v)
 
-  Walk(params)
-  return best
+def MaxNumSplits(params):
+  """The largest number of cells of any PipeliningLayer in a Params tree (0 if there is none)."""
+  return max([len(p.cell_tpl) if p.cell_tpl else p.num_splits for p in PipelineParams(params)], default=0)

@@ -1,4 +1,4 @@
-"""The context of a forward pass: training or evaluation, and the per-step seed for randomness.
+"""The context of a forward pass: training or evaluation, the per-step seed, the micro-batch, export mode.
 
 Layers read it instead of taking `training=` arguments everywhere. It is consulted while a `tf.function` is
 traced, so the trainer traces separate functions for training and evaluation:
@@ -13,54 +13,48 @@ import threading
 import tensorflow as tf
 
 _STATE = threading.local()
+# Each entry: a stack of values, innermost last, with its value outside any block.
+_DEFAULTS = {'training': False, 'step_seed': None, 'micro_batch': None, 'bn_stats': None, 'exporting': False}
 
 
-def _Stack(name, default):
-  if not hasattr(_STATE, name):
-    setattr(_STATE, name, [default])
-  return getattr(_STATE, name)
+def _Current(name):
+  return getattr(_STATE, name, [_DEFAULTS[name]])[-1]
 
 
 @contextlib.contextmanager
-def Training(is_training):
-  """Within this block, layers behave as in training (dropout on, batch norm on batch statistics)."""
-  stack = _Stack('training', False)
-  stack.append(bool(is_training))
+def _Push(name, value):
+  if not hasattr(_STATE, name):
+    setattr(_STATE, name, [_DEFAULTS[name]])
+  stack = getattr(_STATE, name)
+  stack.append(value)
   try:
-    yield
+    yield value
   finally:
     stack.pop()
+
+
+def Training(is_training):
+  """Within this block, layers behave as in training (dropout on, batch norm on batch statistics)."""
+  return _Push('training', bool(is_training))
 
 
 def IsTraining():
-  return _Stack('training', False)[-1]
+  return _Current('training')
 
 
-@contextlib.contextmanager
 def StepSeed(seed):
   """Within this block, seeded randomness (deterministic dropout) uses `seed` (e.g. the global step)."""
-  stack = _Stack('step_seed', None)
-  stack.append(seed)
-  try:
-    yield
-  finally:
-    stack.pop()
+  return _Push('step_seed', seed)
 
 
 def StepSeedValue():
   """The value given to the innermost StepSeed block (None outside any), to re-enter it later with StepSeed."""
-  return _Stack('step_seed', None)[-1]
+  return _Current('step_seed')
 
 
-@contextlib.contextmanager
 def MicroBatch(index):
   """Within this block, the computation is for micro-batch `index` (an int or int tensor) of a pipeline."""
-  stack = _Stack('micro_batch', None)
-  stack.append(index)
-  try:
-    yield
-  finally:
-    stack.pop()
+  return _Push('micro_batch', index)
 
 
 def CurrentStepSeed():
@@ -69,9 +63,9 @@ def CurrentStepSeed():
   Micro-batch 0 gets the step seed's own stream, so a pipeline with one micro-batch draws exactly what the plain
   model draws; other micro-batches draw their own masks.
   """
-  seed = _Stack('step_seed', None)[-1]
+  seed = _Current('step_seed')
   seed = tf.constant(0, tf.int64) if seed is None else tf.cast(seed, tf.int64)
-  micro_batch = _Stack('micro_batch', None)[-1]
+  micro_batch = _Current('micro_batch')
   if micro_batch is None:
     return seed
   return seed + tf.cast(micro_batch, tf.int64) * (2**32)  # Distinct from every step seed below 2^32.
@@ -92,31 +86,20 @@ class BatchNormStats:
       self.moments[layer.path] = (layer, mean, variance)
 
 
-@contextlib.contextmanager
 def CollectBatchNormStats(collector):
-  stack = _Stack('bn_stats', None)
-  stack.append(collector)
-  try:
-    yield collector
-  finally:
-    stack.pop()
+  """Within this block, batch norm layers in training hand their moments to `collector`."""
+  return _Push('bn_stats', collector)
 
 
 def CurrentBatchNormStats():
   """The active BatchNormStats collector, or None (batch norm then updates its moving averages itself)."""
-  return _Stack('bn_stats', None)[-1]
+  return _Current('bn_stats')
 
 
-@contextlib.contextmanager
 def Exporting():
   """Within this block, layers build a single-device inference graph (a pipeline runs its layers in order)."""
-  stack = _Stack('exporting', False)
-  stack.append(True)
-  try:
-    yield
-  finally:
-    stack.pop()
+  return _Push('exporting', True)
 
 
 def IsExporting():
-  return _Stack('exporting', False)[-1]
+  return _Current('exporting')

@@ -413,6 +413,17 @@ def _FlattenValue(path, value):
     yield path, value
 
 
+def IterNested(value):
+  """Yields every Params in a tree of Params, lists and tuples (depth first, `value` itself first)."""
+  if isinstance(value, Params):
+    yield value
+    for _, v in value.IterParams():
+      yield from IterNested(v)
+  elif isinstance(value, (list, tuple)):
+    for v in value:
+      yield from IterNested(v)
+
+
 class InstantiableParams(Params):
   """Params that know the class they configure: `p.Instantiate()` returns `p.cls(p)`."""
 
