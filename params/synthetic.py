@@ -7,7 +7,7 @@ from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import linear
 from lingpipe.layers import sequential
 from lingpipe.layers import transformer
-from lingpipe.tasks.synthetic import classifier
+from lingpipe.tasks import classifier
 from lingpipe.tasks.synthetic import input_generator
 from lingpipe.tasks.synthetic import sequence_input
 from lingpipe.tasks.synthetic import sequence_tagger

@@ -11,10 +11,19 @@ import tensorflow as tf
 from lingpipe.core import cluster
 from lingpipe.core import model_registry
 
-MODELS = sorted(model_registry.GetAllRegisteredModels())
+def _Cases():
+  """One case per model; a model class may set ONE_STEP_TEST = 'slow' (marked slow) or 'skip' (too big to step on
+  a CI machine; its size is checked without building it, e.g. in test_amoebanet.py)."""
+  cases = []
+  for name, cls in sorted(model_registry.GetAllRegisteredModels().items()):
+    kind = getattr(cls, 'ONE_STEP_TEST', 'fast')
+    marks = {'slow': [pytest.mark.slow],
+             'skip': [pytest.mark.skip(reason='%s is too big for one step on a CI machine' % name)]}.get(kind, [])
+    cases.append(pytest.param(name, marks=marks, id=name))
+  return cases
 
 
-@pytest.mark.parametrize('name', MODELS)
+@pytest.mark.parametrize('name', _Cases())
 def test_model_builds_and_trains_one_step(name):
   p = model_registry.GetParams(name, 'Train')
   p.input.batch_size = min(p.input.batch_size, max([2] + [q.num_micro_batches for q in cluster.PipelineParams(p.task)]))
@@ -26,5 +35,8 @@ def test_model_builds_and_trains_one_step(name):
   before = [v.numpy().copy() for v in task.trainable_variables]
   out = tf.function(autograph=False, func=lambda b: task.TrainStep(b, tf.constant(0, tf.int64), opt, schedule))(batch)
   assert bool(out.is_finite) and np.isfinite(float(out.loss))
-  changed = [not np.array_equal(b, v.numpy()) for b, v in zip(before, task.trainable_variables)]
-  assert all(changed), [v.name for v, c in zip(task.trainable_variables, changed) if not c]
+  # Every weight matrix or filter moves. (Batch-norm scales of a deep net can get updates below float32
+  # resolution in one warm-up step, so vectors are not required to.)
+  unchanged = [v.name for b, v in zip(before, task.trainable_variables)
+               if v.shape.rank >= 2 and np.array_equal(b, v.numpy())]
+  assert not unchanged, unchanged

@@ -39,8 +39,13 @@ class BaseInputGenerator:
     """A tf.data.Dataset of single examples, each a dict of tensors."""
     raise NotImplementedError('%s does not implement _Examples().' % type(self).__name__)
 
-  def _Preprocess(self, example):
-    """Per-example transformation applied after shuffling (e.g. augmentation); identity by default."""
+  def _Preprocess(self, example, index):
+    """Per-example transformation applied after shuffling and repeating (e.g. augmentation); identity by default.
+
+    `index` is the example's position in the (repeated) stream, an int64 scalar: seed random ops with
+    (params.seed, index) and every epoch gets new, reproducible randomness.
+    """
+    del index
     return example
 
   def GetDataset(self):
@@ -51,7 +56,8 @@ class BaseInputGenerator:
       ds = ds.shuffle(p.shuffle_buffer_size, seed=p.seed, reshuffle_each_iteration=True)
     if p.repeat:
       ds = ds.repeat()
-    ds = ds.map(self._Preprocess, num_parallel_calls=p.num_parallel_calls, deterministic=True)
+    ds = ds.enumerate().map(lambda index, example: self._Preprocess(example, index),
+                            num_parallel_calls=p.num_parallel_calls, deterministic=True)
     ds = ds.batch(p.batch_size, drop_remainder=p.drop_remainder)
     ds = ds.map(lambda batch: NestedMap(batch))
     if p.prefetch:

@@ -1,4 +1,4 @@
-"""Classifier: a task for vectors -> classes with any network and a softmax on top."""
+"""Classifier: a task for inputs -> classes with any network and a softmax on top (vectors, images, ...)."""
 
 import tensorflow as tf
 
@@ -9,12 +9,17 @@ from lingpipe.layers import softmax
 
 
 class Classifier(base_task.BaseTask):
-  """batch.features [B, input_dim] -> network -> softmax over num_classes, trained on batch.labels."""
+  """batch.<input_key> -> network -> softmax over num_classes, trained on batch.<label_key>.
+
+  Metrics: loss, accuracy (top-1) and top-k accuracy (k = min(5, num_classes)).
+  """
 
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('input_dim', 0, 'Depth of the input features.')
+    p.Define('input_dim', 0, 'Depth of the input features (the last dimension).')
+    p.Define('input_key', 'features', 'Field of the batch the network reads.')
+    p.Define('label_key', 'labels', 'Field of the batch with the class ids.')
     p.Define('network', None, 'Layer Params mapping [B, input_dim] to [B, softmax.input_dim].')
     p.Define('softmax', softmax.SoftmaxLayer.Params(), 'SoftmaxLayer Params (input_dim, num_classes, label '
              'smoothing, logit clipping).')
@@ -32,10 +37,10 @@ class Classifier(base_task.BaseTask):
     self.CreateChild('softmax', p.softmax)
 
   def ComputePredictions(self, batch):
-    return NestedMap(logits=self.softmax.Logits(self.network.FProp(batch.features)))
+    return NestedMap(logits=self.softmax.Logits(self.network.FProp(batch[self.params.input_key])))
 
   def ComputeLoss(self, batch, predictions):
-    labels = tf.cast(batch.labels, tf.int32)
+    labels = tf.cast(batch[self.params.label_key], tf.int32)
     out = self.softmax.XentLoss(predictions.logits, labels)
     batch_size = tf.cast(tf.shape(labels)[0], tf.float32)
     correct = tf.cast(tf.equal(tf.argmax(out.logits, -1, output_type=tf.int32), labels), tf.float32)
@@ -50,7 +55,7 @@ class Classifier(base_task.BaseTask):
     spec = NestedMap(features=tf.TensorSpec([None, p.input_dim], tf.float32, name='features'))
 
     def Serve(features):
-      out = self.ComputePredictions(NestedMap(features=features))
+      out = self.ComputePredictions(NestedMap({p.input_key: features}))
       probs = tf.nn.softmax(out.logits)
       return {'probs': probs, 'class_ids': tf.argmax(probs, -1, output_type=tf.int32)}
 

@@ -1,0 +1,95 @@
+"""CIFAR-10 image classification: registered models image.cifar10.*."""
+
+from lingpipe.core import base_model_params
+from lingpipe.core import lr_schedule
+from lingpipe.core import model_registry
+from lingpipe.core import optimizer
+from lingpipe.gpipe import pipelining_layer
+from lingpipe.layers import batch_norm
+from lingpipe.tasks.image import amoebanet
+from lingpipe.tasks.image import classifier
+from lingpipe.tasks.image import input_generator
+from lingpipe.tasks.image import resnet
+
+
+class _Cifar10(base_model_params.SingleTaskModelParams):
+  """Datasets: the bundled sample by default; --model_params_override="input.data_dir=..." for the full set."""
+
+  BATCH_SIZE = 64
+  DATA_DIR = input_generator.SAMPLE_DIR
+  BN_DECAY = 0.9  # Moving averages that settle within the ~100 steps of a run on the sample.
+
+  def Train(self):
+    return input_generator.Cifar10Input.Params().Set(split='train', data_dir=self.DATA_DIR,
+                                                     batch_size=self.BATCH_SIZE)
+
+  def Test(self):
+    return input_generator.Cifar10Input.Params().Set(
+        split='test', data_dir=self.DATA_DIR, batch_size=self.BATCH_SIZE, augment=False, shuffle=False,
+        repeat=False, drop_remainder=False)
+
+  def BatchNorm(self):
+    return batch_norm.BatchNormLayer.Params().Set(decay=self.BN_DECAY)
+
+  def _Task(self, name, layers, feature_dim, num_splits, num_micro_batches, remat):
+    p = classifier.ImageClassifier.Params().Set(name=name)
+    p.network = pipelining_layer.PipeliningLayer.Params().Set(
+        layers=layers, num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
+        input_shapes=[self.BATCH_SIZE, input_generator.IMAGE_SIZE, input_generator.IMAGE_SIZE, 3])
+    p.softmax.Set(input_dim=feature_dim, num_classes=input_generator.NUM_CLASSES, label_smoothing=0.1)
+    p.train.Set(optimizer=optimizer.SGD.Params().Set(momentum=0.9, nesterov=True), learning_rate=0.1,
+                lr_schedule=lr_schedule.CosineSchedule.Params().Set(warmup_steps=20, total_steps=150),
+                l2_regularizer_weight=5e-4, clip_gradient_norm_to_value=5.0, max_steps=150,
+                save_interval_steps=50, log_interval_steps=10)
+    return p
+
+
+@model_registry.RegisterSingleTaskModel
+class ResNet(_Cifar10):
+  """ResNet-20 (0.27M parameters), the fast baseline: one cell, no micro-batching (plain speed).
+
+  Pipeline it with --model_params_override="task.network.num_splits=2;task.network.num_micro_batches=8".
+  """
+
+  def Task(self):
+    return self._Task('resnet', resnet.ResNetLayers(20, 16, self.BatchNorm()), 64, num_splits=1,
+                      num_micro_batches=1, remat='never')
+
+
+class _AmoebaNetD(_Cifar10):
+  """AmoebaNet-D(NUM_CELLS, FILTERS) on CIFAR-10 under a PipeliningLayer (see tasks/image/amoebanet.py)."""
+
+  NUM_CELLS, FILTERS = 6, 32
+  NUM_SPLITS, NUM_MICRO_BATCHES, REMAT = 2, 8, 'always'
+
+  def Task(self):
+    layers, feature_dim = amoebanet.AmoebaNetLayers(self.NUM_CELLS, self.FILTERS, self.BatchNorm())
+    p = self._Task('amoebanet', layers, feature_dim, self.NUM_SPLITS, self.NUM_MICRO_BATCHES, self.REMAT)
+    p.network.balance = 'flops'
+    return p
+
+  @classmethod
+  def ParamCount(cls):
+    return amoebanet.ParamCount(cls.NUM_CELLS, cls.FILTERS, input_generator.NUM_CLASSES)
+
+
+@model_registry.RegisterSingleTaskModel
+class AmoebaNetD(_AmoebaNetD):
+  """AmoebaNet-D(6, 32), 0.67M parameters: trains on this CPU with K=2 cells on logical devices, M=8."""
+
+
+@model_registry.RegisterSingleTaskModel
+class AmoebaNetD_18_256(_AmoebaNetD):  # pylint: disable=invalid-name
+  """The paper's AmoebaNet-D(18, 256) size on CIFAR-10: 117.6M parameters, K=4. Too big to train here."""
+
+  NUM_CELLS, FILTERS, NUM_SPLITS = 18, 256, 4
+  ONE_STEP_TEST = 'skip'  # One step takes ~2 minutes here.
+
+
+@model_registry.RegisterSingleTaskModel
+class AmoebaNetD_18_512(_AmoebaNetD):  # pylint: disable=invalid-name
+  """AmoebaNet-D(18, 512) on CIFAR-10, the size of the paper's AmoebaNet-B(18, 512) (557M with the B genotype at
+  ImageNet resolution): 469.8M parameters, K=8. Builds; far too big to train on this machine."""
+
+  NUM_CELLS, FILTERS, NUM_SPLITS = 18, 512, 8
+  ONE_STEP_TEST = 'skip'
