@@ -110,3 +110,31 @@ print("served", sorted(out))
 ''', export_dir], capture_output=True, text=True, timeout=120)
   assert serve.returncode == 0, serve.stderr
   assert 'served' in serve.stdout
+
+
+def test_image_task_trains_on_the_sample_evals_exports_and_classifies(tmp_path):
+  logdir = str(tmp_path / 'amoebanet')
+  trained = _Run('--model=image.cifar10.AmoebaNetD', '--logdir=' + logdir, '--max_steps=4',
+                 '--model_params_override=task.train.log_interval_steps=2;input.batch_size=16')
+  assert trained.returncode == 0, trained.stderr
+  assert 'step 4/4' in trained.stdout and 'top5_accuracy=' in trained.stdout
+  evaluated = _Run('--model=image.cifar10.AmoebaNetD', '--logdir=' + logdir, '--mode=eval')
+  assert evaluated.returncode == 0 and 'num_examples=100.0000' in evaluated.stdout, evaluated.stderr
+  exported = _Run('--model=image.cifar10.AmoebaNetD', '--logdir=' + logdir, '--mode=export')
+  assert exported.returncode == 0, exported.stderr
+  serve = subprocess.run([sys.executable, '-c', '''
+import sys
+import numpy as np
+import tensorflow as tf
+with np.load(sys.argv[2]) as data:
+  images, labels = data["x"][:8], data["y"][:8]
+out = tf.saved_model.load(sys.argv[1]).signatures["serving_default"](images=tf.constant(images))
+assert "lingpipe" not in sys.modules
+probs = out["probs"].numpy()
+assert probs.shape == (8, 10) and np.allclose(probs.sum(-1), 1.0, atol=1e-4)
+print("classified", out["class_ids"].numpy().tolist())
+''', os.path.join(logdir, 'export', 'step_4'),
+      os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tasks', 'image', 'data',
+                   'cifar10_sample', 'test.npz')], capture_output=True, text=True, timeout=120)
+  assert serve.returncode == 0, serve.stderr
+  assert 'classified' in serve.stdout
