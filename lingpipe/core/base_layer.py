@@ -10,6 +10,7 @@ Every layer implements `FProp(inputs, ...)` and a class method `FPropMeta(params
 `NestedMap(out_shapes=(...), flops=int)` without building anything; partitioning and memory planning use it.
 """
 
+import contextlib
 import threading
 
 import tensorflow as tf
@@ -135,10 +136,18 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
     self._child_names.append(name)
     return child
 
-  def CreateChildren(self, name, params_list):
-    """Builds a list of children named '<name>_<i>' and tracks the list as `self.<name>`."""
+  def CreateChildren(self, name, params_list, devices=None):
+    """Builds a list of children named '<name>_<i>' and tracks the list as `self.<name>`.
+
+    `devices` (one device name per child) places each child's variables, e.g. on its pipeline cell's device.
+    """
     self._CheckBuilding('Children', name)
-    children = [self._BuildChild('%s_%d' % (name, i), p) for i, p in enumerate(params_list)]
+    devices = devices or [None] * len(params_list)
+    children = []
+    for i, (p, device) in enumerate(zip(params_list, devices)):
+      # tf.device(None) would clear an enclosing device scope, so only enter one when a device is given.
+      with tf.device(device) if device else contextlib.nullcontext():
+        children.append(self._BuildChild('%s_%d' % (name, i), p))
     tf.Module.__setattr__(self, name, children)
     self._child_names.append(name)
     return getattr(self, name)

@@ -17,6 +17,7 @@ What crosses a cell boundary is whatever the last layer of the cell returns: a t
 extra fields carry skip connections and side inputs (masks, paddings) to later cells.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from lingpipe.core import base_layer
@@ -88,21 +89,14 @@ class PipeliningLayer(base_layer.BaseLayer):
     object.__setattr__(self, '_num_cells', len(counts))
     devices = list(p.devices) if p.devices else None
     object.__setattr__(self, '_cluster', cluster.Cluster(devices))
-    object.__setattr__(self, '_devices', [self._cluster.Device(k, num_splits=self._num_cells) for k in range(self._num_cells)])
-    bounds = [0]
-    for c in counts:
-      bounds.append(bounds[-1] + c)
-    object.__setattr__(self, '_bounds', bounds)
-    unit_devices = [self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])]
+    object.__setattr__(self, '_devices', [self._cluster.Device(k, num_splits=self._num_cells)
+                                          for k in range(self._num_cells)])
+    object.__setattr__(self, '_bounds', [int(b) for b in np.cumsum([0] + counts)])
     # With `layers`, children are named like SequentialLayer's ('sub_<i>', attribute 'sub'): variable names, seeds
     # and checkpoints do not depend on K or M, and equal those of SequentialLayer(sub=layers) of the same name.
-    name = 'cell' if p.cell_tpl else 'sub'
-    children = []
-    for i, (unit, device) in enumerate(zip(units, unit_devices)):
-      with tf.device(device):  # Each cell's variables live on its device.
-        children.append(self._BuildChild('%s_%d' % (name, i), unit))
-    tf.Module.__setattr__(self, name, children)
-    self._child_names.append(name)
+    # Each cell's variables live on its device.
+    self.CreateChildren('cell' if p.cell_tpl else 'sub', units,
+                        devices=[self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])])
     object.__setattr__(self, '_cell_fns', {})
     DisableFunctionSpecialization()
 
@@ -137,12 +131,13 @@ class PipeliningLayer(base_layer.BaseLayer):
     return tf.TensorShape(shapes)
 
   def _SampleInputs(self):
+    """A random batch of input_shapes, for profiling layers (balance='time' or 'memory')."""
     shapes = self._InputShapes()
     if shapes is None:
       return None
-    return tf.nest.map_structure(lambda s: tf.random.stateless_normal(s, [1, 2]), shapes,
-                                 check_types=False) if not isinstance(shapes, tf.TensorShape) else \
-        tf.random.stateless_normal(shapes, [1, 2])
+    if isinstance(shapes, tf.TensorShape):
+      return tf.random.stateless_normal(shapes, [1, 2])
+    return shapes.Transform(lambda s: tf.random.stateless_normal(s, [1, 2]))
 
   def CellSummaries(self):
     """Per cell: NestedMap(cell, layers, device, params, flops, activation_bytes, boundary_bytes).
