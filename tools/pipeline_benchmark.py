@@ -14,6 +14,7 @@ Tables:
   3. K=1, M=1 pipeline overhead against the plain model (remat never and always);
   4. peak memory (get_memory_info) and step time per remat policy, with the analytic bound for remat=always;
   5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32;
+  7. the CIFAR-10 default model, AmoebaNet-D(6, 32) at batch 64: plain, and K=2 with M=8 (images/s);
   6. the machine's own ceiling: two independent copies of the plain model on two devices in one step against
      one copy, i.e. the best any 2-way split can do here (shared caches, memory bandwidth, clock boost).
 """
@@ -38,8 +39,8 @@ def _Args():
   parser.add_argument('--quick', action='store_true', help='Fewer configurations and steps.')
   parser.add_argument('--steps', type=int, default=5, help='Timed steps per configuration (median is kept).')
   parser.add_argument('--inter_op', type=int, default=NUM_DEVICES, help='Inter-op threads.')
-  parser.add_argument('--sections', default='table1,ceiling,overhead,remat,ttfs',
-                      help='Comma-separated sections to run: table1, ceiling, overhead, remat, ttfs.')
+  parser.add_argument('--sections', default='table1,ceiling,overhead,remat,ttfs,amoebanet',
+                      help='Comma-separated sections to run: table1, ceiling, overhead, remat, ttfs, amoebanet.')
   return parser.parse_args()
 
 
@@ -80,6 +81,22 @@ def ConvStack(num_layers=8, batch=64, size=32, channels=32):
   inputs = tf.constant(np.random.RandomState(0).normal(size=(batch, size, size, channels)), tf.float32)
   return Model('conv %d x 3x3x%d, batch %d of %dx%d' % (num_layers, channels, batch, size, size),
                [layer.Copy() for _ in range(num_layers)], inputs)
+
+
+def AmoebaNet(num_cells=6, filters=32, batch=64):
+  from lingpipe.tasks.image import amoebanet  # pylint: disable=g-import-not-at-top
+  layers, _ = amoebanet.AmoebaNetLayers(num_cells, filters)
+  inputs = tf.constant(np.random.RandomState(0).normal(size=(batch, 32, 32, 3)), tf.float32)
+  return Model('AmoebaNet-D(%d, %d), batch %d of 32x32' % (num_cells, filters, batch), layers, inputs)
+
+
+def AmoebaNetThroughput():
+  model = AmoebaNet()
+  print('\n## %s: training throughput' % model.name)
+  out = {'plain': Measure(model), 'K=2,M=8': Measure(model, 2, 8, 'always')}
+  for name, r in out.items():
+    print('%-8s %7.1f images/s' % (name, r['examples_per_s']), flush=True)
+  return out
 
 
 def MlpStack(num_layers=32, batch=2048, dim=256):
@@ -279,6 +296,8 @@ def main():
     results['remat'] = RematTable(MlpStack(), 2, 8)
   if 'ttfs' in sections:
     results['time_to_first_step'] = TimeToFirstStep([4, 32] if not ARGS.quick else [4, 8])
+  if 'amoebanet' in sections:
+    results['amoebanet'] = AmoebaNetThroughput()
   with open(ARGS.out, 'w') as f:
     json.dump(results, f, indent=2, sort_keys=True)
   print('\nWrote %s' % ARGS.out)
