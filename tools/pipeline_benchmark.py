@@ -14,9 +14,9 @@ Tables:
   3. K=1, M=1 pipeline overhead against the plain model (remat never and always);
   4. peak memory (get_memory_info) and step time per remat policy, with the analytic bound for remat=always;
   5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32;
-  7. the CIFAR-10 default model, AmoebaNet-D(6, 32) at batch 64: plain, and K=2 with M=8 (images/s);
   6. the machine's own ceiling: two independent copies of the plain model on two devices in one step against
-     one copy, i.e. the best any 2-way split can do here (shared caches, memory bandwidth, clock boost).
+     one copy, i.e. the best any 2-way split can do here (shared caches, memory bandwidth, clock boost);
+  7. the CIFAR-10 default model, AmoebaNet-D(6, 32) at batch 64: plain, and K=2 with M=8 (images/s).
 """
 
 import argparse
