@@ -127,3 +127,9 @@ def test_initializers_are_seeded_and_scaled():
   with pytest.raises(errors.ConfigError, match='Did you mean: gaussian'):
     weight_init.InitialValue(wp, seed)
   assert weight_init.Fans([3, 3, 8, 16]) == (72, 144)
+
+
+def test_children_compute_in_the_parent_dtype():
+  layer = _Parent(dtype=tf.float64)
+  assert {v.dtype for v in layer.variables} == {tf.float64}
+  assert layer.FProp(tf.zeros([2, 3], tf.float64)).dtype == tf.float64

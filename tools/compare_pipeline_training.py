@@ -26,6 +26,8 @@ def _Args():
   parser.add_argument('--steps', type=int, default=100)
   parser.add_argument('--splits', type=int, default=2)
   parser.add_argument('--micro', type=int, default=8)
+  parser.add_argument('--remat', default='always', help='remat policy of the pipelined run.')
+  parser.add_argument('--lr', type=float, default=None, help='Overrides task.train.learning_rate in both runs.')
   parser.add_argument('--frozen_bn', type=int, default=1, help='1: batch norm on moving statistics in both runs.')
   parser.add_argument('--log_every', type=int, default=10)
   return parser.parse_args()
@@ -45,6 +47,8 @@ from lingpipe.layers import batch_norm  # pylint: disable=g-import-not-at-top
 def Train(splits, micro, remat):
   p = model_registry.GetParams(ARGS.model, 'Train')
   p.task.network.Set(num_splits=splits, num_micro_batches=micro, remat=remat)
+  if ARGS.lr is not None:
+    p.task.train.learning_rate = ARGS.lr
   if ARGS.frozen_bn:
     for q in hyperparams.IterNested(p.task):
       if 'cls' in q and q.cls is batch_norm.BatchNormLayer:
@@ -70,10 +74,10 @@ def Train(splits, micro, remat):
 
 def main():
   plain, plain_speed = Train(1, 1, 'never')
-  piped, piped_speed = Train(ARGS.splits, ARGS.micro, 'always')
+  piped, piped_speed = Train(ARGS.splits, ARGS.micro, ARGS.remat)
   print('step   plain loss   K=%d,M=%d loss' % (ARGS.splits, ARGS.micro))
   for i in range(0, ARGS.steps, ARGS.log_every):
-    print('%4d %12.6f %14.6f' % (i + 1, plain[i], piped[i]))
+    print('%4d %14.9f %14.9f' % (i + 1, plain[i], piped[i]))
   rel = np.abs(plain - piped) / np.maximum(np.abs(plain), 1e-12)
   print('largest relative loss difference over %d steps: %.2e (at step %d)' % (ARGS.steps, rel.max(),
                                                                              rel.argmax() + 1))

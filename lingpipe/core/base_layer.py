@@ -124,6 +124,7 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
           name, self.path, type(params).__name__))
     p = params.Copy()
     p.name = name
+    p.dtype = self.params.dtype  # A layer computes in one dtype all the way down (as Lingvo's CopyBaseParams).
     if p.random_seed is None:
       p.random_seed = self.params.random_seed
     return p.Instantiate()
