@@ -48,3 +48,11 @@ from lingpipe.layers.sequential import SequentialLayer
 from lingpipe.layers.softmax import SoftmaxLayer
 
 __version__ = '0.1.0'
+
+__all__ = [
+    'BaseLayer', 'BatchNormLayer', 'Conv2DLayer', 'DepthwiseConv2DLayer', 'DropoutLayer', 'EmbeddingLayer',
+    'GlobalPoolingLayer', 'InstantiableParams', 'LayerNormLayer', 'NestedMap', 'Params', 'PipeliningLayer',
+    'Pooling2DLayer', 'ProjectionLayer', 'SeparableConv2DLayer', 'SequentialLayer', 'SoftmaxLayer', 'WeightInit',
+    'WeightParams', 'base_input_generator', 'base_layer', 'base_model_params', 'base_task', 'context', 'errors',
+    'hyperparams', 'lr_schedule', 'model_registry', 'optimizer', 'weight_init',
+]

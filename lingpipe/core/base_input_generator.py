@@ -4,7 +4,6 @@ Subclasses implement `_Examples()` returning a dataset of single examples (dicts
 shuffles (seeded), repeats, batches and prefetches, so every input is deterministic for a given seed.
 """
 
-import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.core import hyperparams

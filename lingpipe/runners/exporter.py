@@ -6,14 +6,12 @@ lingpipe need not be installed where it is used.
 
 import os
 import shutil
-import sys
 import tempfile
 
 import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import errors
-from lingpipe.runners import checkpointer
 from lingpipe.runners import evaler
 
 

@@ -1,6 +1,5 @@
 """Inspect: a model's params text and a table of its variables (name, shape, device, bytes)."""
 
-import sys
 
 
 def VariableTable(task):

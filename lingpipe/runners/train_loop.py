@@ -1,7 +1,6 @@
 """The training loop: resume, step in a tf.function, log progress, write summaries and checkpoints."""
 
 import os
-import sys
 import time
 
 import tensorflow as tf
