@@ -19,6 +19,7 @@ from lingpipe.layers import batch_norm
 from lingpipe.layers import conv
 from lingpipe.layers import pooling
 from lingpipe.layers import sequential
+from lingpipe.tasks.image.conv_bn import ConvBn
 
 # (input state index, operation) pairs; each two consecutive ops make one new state (their sum).
 NORMAL_OPERATIONS = [(1, 'conv_1x1'), (1, 'max_pool_3x3'), (1, 'none'), (0, 'conv_1x7_7x1'), (0, 'conv_1x1'),
@@ -31,32 +32,10 @@ REDUCTION_CONCAT = [4, 5, 6]
 OPERATIONS = ('none', 'avg_pool_3x3', 'max_pool_3x3', 'max_pool_2x2', 'conv_1x1', 'conv_3x3', 'conv_1x7_7x1')
 
 
-class ReluConvBn(base_layer.BaseLayer):
-  """relu -> conv (no bias) -> batch norm."""
-
-  @classmethod
-  def Params(cls):
-    p = super().Params()
-    p.Define('filter_shape', (1, 1, 0, 0), 'Filter [h, w, in, out].')
-    p.Define('filter_stride', (1, 1), 'Stride [h, w].')
-    p.Define('bn_tpl', batch_norm.BatchNormLayer.Params(), 'Batch norm template (dim is set here).')
-    return p
-
-  def __init__(self, params):
-    super().__init__(params)
-    p = self.params
-    self.CreateChild('conv', conv.Conv2DLayer.Params().Set(filter_shape=p.filter_shape,
-                                                           filter_stride=p.filter_stride))
-    self.CreateChild('bn', p.bn_tpl.Copy().Set(dim=p.filter_shape[3]))
-
-  def FProp(self, inputs):
-    return self.bn.FProp(self.conv.FProp(tf.nn.relu(inputs)))
-
-  @classmethod
-  def FPropMeta(cls, params, input_shape):
-    meta = conv.Conv2DLayer.FPropMeta(conv.Conv2DLayer.Params().Set(
-        filter_shape=params.filter_shape, filter_stride=params.filter_stride), input_shape)
-    return base_layer.Meta(meta.out_shapes[0], meta.flops + 10 * (meta.out_shapes[0].num_elements() or 0))
+def ReluConvBn(filter_shape, filter_stride=(1, 1), bn_tpl=None):
+  """Params of relu -> conv (no bias) -> batch norm, AmoebaNet's building block."""
+  return ConvBn.Params().Set(filter_shape=filter_shape, filter_stride=filter_stride, relu='before',
+                             bn_tpl=bn_tpl or batch_norm.BatchNormLayer.Params())
 
 
 class FactorizedReduce(base_layer.BaseLayer):
@@ -99,7 +78,7 @@ def OperationParams(name, channels, stride, bn_tpl=None):
   bn_tpl = bn_tpl or batch_norm.BatchNormLayer.Params()
 
   def Rcb(kh, kw, cin, cout, sh=1, sw=1):
-    return ReluConvBn.Params().Set(filter_shape=(kh, kw, cin, cout), filter_stride=(sh, sw), bn_tpl=bn_tpl)
+    return ReluConvBn((kh, kw, cin, cout), (sh, sw), bn_tpl)
 
   def Pool(kind, window):
     return pooling.Pooling2DLayer.Params().Set(window_shape=(window, window), window_stride=(stride, stride),
@@ -149,13 +128,12 @@ class AmoebaCell(base_layer.BaseLayer):
     super().__init__(params)
     p = self.params
     c = p.channels
-    self.CreateChild('reduce1', ReluConvBn.Params().Set(filter_shape=(1, 1, p.channels_prev, c), bn_tpl=p.bn_tpl))
+    self.CreateChild('reduce1', ReluConvBn((1, 1, p.channels_prev, c), bn_tpl=p.bn_tpl))
     if p.reduction_prev:
       self.CreateChild('reduce2', FactorizedReduce.Params().Set(input_dim=p.channels_prev_prev, output_dim=c,
                                                                 bn_tpl=p.bn_tpl))
     elif p.channels_prev_prev != c:
-      self.CreateChild('reduce2', ReluConvBn.Params().Set(filter_shape=(1, 1, p.channels_prev_prev, c),
-                                                          bn_tpl=p.bn_tpl))
+      self.CreateChild('reduce2', ReluConvBn((1, 1, p.channels_prev_prev, c), bn_tpl=p.bn_tpl))
     operations, _ = self.Genotype(p.reduction)
     ops = []
     identity = []

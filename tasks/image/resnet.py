@@ -5,38 +5,8 @@ import tensorflow as tf
 from lingpipe.core import base_layer
 from lingpipe.core import errors
 from lingpipe.layers import batch_norm
-from lingpipe.layers import conv
 from lingpipe.layers import pooling
-
-
-class ConvBn(base_layer.BaseLayer):
-  """conv (no bias) -> batch norm [-> relu]."""
-
-  @classmethod
-  def Params(cls):
-    p = super().Params()
-    p.Define('filter_shape', (3, 3, 0, 0), 'Filter [h, w, in, out].')
-    p.Define('stride', 1, 'Stride of the convolution.')
-    p.Define('relu', True, 'Apply a ReLU after batch norm.')
-    p.Define('bn_tpl', batch_norm.BatchNormLayer.Params(), 'Batch norm template (dim is set here).')
-    return p
-
-  def __init__(self, params):
-    super().__init__(params)
-    p = self.params
-    self.CreateChild('conv', conv.Conv2DLayer.Params().Set(filter_shape=p.filter_shape,
-                                                           filter_stride=(p.stride, p.stride)))
-    self.CreateChild('bn', p.bn_tpl.Copy().Set(dim=p.filter_shape[3]))
-
-  def FProp(self, inputs):
-    out = self.bn.FProp(self.conv.FProp(inputs))
-    return tf.nn.relu(out) if self.params.relu else out
-
-  @classmethod
-  def FPropMeta(cls, params, input_shape):
-    meta = conv.Conv2DLayer.FPropMeta(conv.Conv2DLayer.Params().Set(
-        filter_shape=params.filter_shape, filter_stride=(params.stride, params.stride)), input_shape)
-    return base_layer.Meta(meta.out_shapes[0], meta.flops + 10 * meta.out_shapes[0].num_elements())
+from lingpipe.tasks.image.conv_bn import ConvBn
 
 
 class ResidualBlock(base_layer.BaseLayer):
@@ -56,13 +26,14 @@ class ResidualBlock(base_layer.BaseLayer):
     p = self.params
     if p.input_dim <= 0 or p.output_dim <= 0:
       raise errors.ConfigError('Layer %s: input_dim and output_dim must be positive.' % self.path)
-    self.CreateChild('conv1', ConvBn.Params().Set(filter_shape=(3, 3, p.input_dim, p.output_dim), stride=p.stride,
-                                                  bn_tpl=p.bn_tpl))
-    self.CreateChild('conv2', ConvBn.Params().Set(filter_shape=(3, 3, p.output_dim, p.output_dim), relu=False,
+    strides = (p.stride, p.stride)
+    self.CreateChild('conv1', ConvBn.Params().Set(filter_shape=(3, 3, p.input_dim, p.output_dim),
+                                                  filter_stride=strides, bn_tpl=p.bn_tpl))
+    self.CreateChild('conv2', ConvBn.Params().Set(filter_shape=(3, 3, p.output_dim, p.output_dim), relu='none',
                                                   bn_tpl=p.bn_tpl))
     if p.stride != 1 or p.input_dim != p.output_dim:
       self.CreateChild('shortcut', ConvBn.Params().Set(filter_shape=(1, 1, p.input_dim, p.output_dim),
-                                                       stride=p.stride, relu=False, bn_tpl=p.bn_tpl))
+                                                       filter_stride=strides, relu='none', bn_tpl=p.bn_tpl))
 
   def FProp(self, inputs):
     shortcut = self.shortcut.FProp(inputs) if 'shortcut' in self.children else inputs
@@ -71,7 +42,7 @@ class ResidualBlock(base_layer.BaseLayer):
   @classmethod
   def FPropMeta(cls, params, input_shape):
     c1 = ConvBn.FPropMeta(ConvBn.Params().Set(filter_shape=(3, 3, params.input_dim, params.output_dim),
-                                              stride=params.stride), input_shape)
+                                              filter_stride=(params.stride, params.stride)), input_shape)
     c2 = ConvBn.FPropMeta(ConvBn.Params().Set(filter_shape=(3, 3, params.output_dim, params.output_dim)),
                           c1.out_shapes[0])
     return base_layer.Meta(c2.out_shapes[0], 2 * c1.flops + c2.flops)
