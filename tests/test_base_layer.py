@@ -133,3 +133,8 @@ def test_children_compute_in_the_parent_dtype():
   layer = _Parent(dtype=tf.float64)
   assert {v.dtype for v in layer.variables} == {tf.float64}
   assert layer.FProp(tf.zeros([2, 3], tf.float64)).dtype == tf.float64
+
+
+def test_walk_visits_every_layer_once():
+  layer = _Parent()
+  assert [l.path for l in layer.Walk()] == ['parent', 'parent/proj', 'parent/extra_0', 'parent/extra_1']

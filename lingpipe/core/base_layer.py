@@ -107,6 +107,13 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
   def __repr__(self):
     return '%s(%s)' % (type(self).__name__, self.path)
 
+  def Walk(self):
+    """Yields this layer and all its descendants, depth first."""
+    yield self
+    for child in self.children.values():
+      for c in (child if isinstance(child, (list, tuple)) else [child]):
+        yield from c.Walk()
+
   # -- construction --------------------------------------------------------------------------------------------
   def _CheckBuilding(self, what, name):
     if self._initialized:

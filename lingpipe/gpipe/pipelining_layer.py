@@ -160,8 +160,8 @@ class PipeliningLayer(base_layer.BaseLayer):
           meta = type(layer).FPropMeta(layer.params, shapes)
           shapes = meta.out_shapes[0]
           flops += meta.flops
-          activation += _Bytes(shapes, self.params.dtype.size, self.params.batch_dim) // num_micro
-        boundary = _Bytes(shapes, self.params.dtype.size, self.params.batch_dim)
+          activation += _Bytes(shapes, self.params.dtype.size) // num_micro
+        boundary = _Bytes(shapes, self.params.dtype.size)
       summaries.append(NestedMap(cell=k, layers=[layer.path for layer in layers], device=self._devices[k],
                                  params=params, flops=flops, activation_bytes=activation,
                                  boundary_bytes=boundary))
@@ -278,7 +278,7 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   def _UpdateBatchNorm(self, moments):
     """Moves each batch norm's averages once, by the mean and variance of all micro-batches together."""
-    layers = {layer.path: layer for unit in self.units for layer in _Walk(unit)}
+    layers = {layer.path: layer for layer in self.Walk()}
     for path, (k, stats) in moments.items():
       with tf.device(self._devices[k]):
         means = tf.stack([mean for mean, _ in stats])
@@ -362,14 +362,6 @@ def _MergeGrads(micro_grads, batch_dim, pad_rows):
   return merged
 
 
-def _Bytes(shapes, dtype_size, batch_dim):
-  del batch_dim
+def _Bytes(shapes, dtype_size):
   return sum((s.num_elements() or 0) * dtype_size for s in tf.nest.flatten(shapes, expand_composites=False)
              if isinstance(s, tf.TensorShape))
-
-
-def _Walk(layer):
-  yield layer
-  for child in layer.children.values():
-    for c in (child if isinstance(child, (list, tuple)) else [child]):
-      yield from _Walk(c)

@@ -1,5 +1,6 @@
 """Inspect: a model's params text and a table of its variables (name, shape, device, bytes)."""
 
+from lingpipe.gpipe import pipelining_layer
 
 
 def VariableTable(task):
@@ -24,22 +25,14 @@ def Inspect(p, out=None):
   for name, shape, device, nbytes, trainable in rows:
     print('%-*s  %-*s  %-*s  %12d  %s' % (widths[0], name, widths[1], shape, widths[2], device, nbytes,
                                           'yes' if trainable else 'no'), file=out)
-  for pipeline in _Pipelines(task):
-    PrintCells(pipeline, out)
+  for layer in task.Walk():
+    if isinstance(layer, pipelining_layer.PipeliningLayer):
+      PrintCells(layer, out)
   trainable = sum(var.shape.num_elements() for var in task.trainable_variables)
   total_bytes = sum(r[3] for r in rows)
   print('# %d variables, %d trainable parameters, %.2f MiB' % (len(rows), trainable, total_bytes / 2**20),
         file=out, flush=True)
   return rows
-
-
-def _Pipelines(layer):
-  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  if isinstance(layer, pipelining_layer.PipeliningLayer):
-    yield layer
-  for child in layer.children.values():
-    for c in (child if isinstance(child, (list, tuple)) else [child]):
-      yield from _Pipelines(c)
 
 
 def _Human(n, unit=''):
