@@ -35,5 +35,5 @@ setuptools.setup(
         'gpu': ['tensorflow[and-cuda]>=2.21,<2.22'],
         'test': ['pytest>=8'],
     },
-    entry_points={'console_scripts': ['lingpipe-train=lingpipe.trainer:Main']},
+    entry_points={'console_scripts': ['lingpipe-train=lingpipe.trainer:Main', 'lingpipe-worker=lingpipe.worker:Main']},
 )

@@ -20,12 +20,14 @@ from lingpipe.core import base_input_generator  # pylint: disable=g-import-not-a
 from lingpipe.core import base_layer
 from lingpipe.core import base_model_params
 from lingpipe.core import base_task
+from lingpipe.core import cluster
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
 from lingpipe.core import lr_schedule
 from lingpipe.core import model_registry
 from lingpipe.core import optimizer
+from lingpipe.core import remote
 from lingpipe.core import weight_init
 from lingpipe.core.base_layer import AbstractVariables
 from lingpipe.core.base_layer import BaseLayer
@@ -60,6 +62,6 @@ __all__ = [
     'PipeliningLayer',
     'Pooling2DLayer', 'ProjectionLayer', 'SeparableConv2DLayer', 'SequentialLayer', 'SoftmaxLayer', 'TransformerDecoderLayer',
     'TransformerLayer', 'WeightInit',
-    'WeightParams', 'base_input_generator', 'base_layer', 'base_model_params', 'base_task', 'context', 'errors',
-    'hyperparams', 'lr_schedule', 'model_registry', 'optimizer', 'weight_init',
+    'WeightParams', 'base_input_generator', 'base_layer', 'base_model_params', 'base_task', 'cluster', 'context',
+    'errors', 'hyperparams', 'lr_schedule', 'model_registry', 'optimizer', 'remote', 'weight_init',
 ]

@@ -35,8 +35,15 @@ flags.DEFINE_string('eval_dataset', 'Test', 'Dataset of --mode=eval and --mode=d
 flags.DEFINE_string('checkpoint_path', None, 'Checkpoint prefix for eval/export (default: the latest).')
 flags.DEFINE_string('export_dir', None, 'Where --mode=export writes (default: <logdir>/export/step_<N>).')
 flags.DEFINE_integer('pipeline_devices', None, 'Local devices for pipeline cells: GPUs if there are enough, '
-                     'else this many logical CPU devices (intra_op=1 each). Default: the most num_splits of any '
-                     'PipeliningLayer in the model.')
+                     'else this many logical CPU devices (intra_op=1 each). Default: cluster.num_replicas times the '
+                     'most num_splits of any PipeliningLayer in the model.')
+flags.DEFINE_string('cluster_spec', None, 'Run on lingpipe-worker processes: the cluster as JSON {"worker": '
+                    '["host:port", ...]} or worker=host:port,host:port (the workers\' --cluster_spec). Train, eval, '
+                    'decode and inspect use the workers; export always builds a local single-device graph.')
+flags.DEFINE_string('job', None, 'The job of --cluster_spec whose tasks hold the pipelines (sets cluster.job; '
+                    'default worker).')
+flags.DEFINE_integer('task', None, 'If set, this trainer is itself task --task of --job and serves its devices; '
+                     'by default it is a client outside the cluster spec.')
 flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors.')
 
 FLAGS = flags.FLAGS
@@ -65,6 +72,7 @@ def BuildModelParams(model, dataset='Train', params_file=None, override='', max_
 def Run(argv=None, out=None):
   """Runs the mode given by FLAGS; returns what the mode returns."""
   del argv
+  from lingpipe.core import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
@@ -85,20 +93,38 @@ def Run(argv=None, out=None):
   dataset = FLAGS.eval_dataset if FLAGS.mode in ('eval', 'decode') else 'Train'
   p = BuildModelParams(FLAGS.model, dataset, FLAGS.model_params_file_override, FLAGS.model_params_override,
                        FLAGS.max_steps, FLAGS.seed)
+  if FLAGS.job:
+    p.cluster.job = FLAGS.job
+  if FLAGS.mode != 'inspect':
+    checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)
+  with cluster.Use(SetUpCluster(p)):
+    if FLAGS.mode == 'inspect':
+      return inspector.Inspect(p, out=out)
+    if FLAGS.mode == 'train':
+      return train_loop.TrainLoop(p, FLAGS.logdir, out=out).Run()
+    if FLAGS.mode == 'eval':
+      return evaler.Evaluate(p, FLAGS.logdir, FLAGS.checkpoint_path, out=out)
+    if FLAGS.mode == 'decode':
+      return decoder.Decode(p, FLAGS.logdir, FLAGS.checkpoint_path, out=out)
+    return exporter.Export(p, FLAGS.logdir, FLAGS.export_dir, FLAGS.checkpoint_path, out=out)
+
+
+def SetUpCluster(p):
+  """The device mesh of model params `p`: the workers of --cluster_spec, else local devices (made first, before
+  anything runs a TensorFlow op)."""
   from lingpipe.core import cluster  # pylint: disable=g-import-not-at-top
-  num_devices = FLAGS.pipeline_devices if FLAGS.pipeline_devices is not None else cluster.MaxNumSplits(p)
-  if num_devices > 1:  # Before anything runs a TensorFlow op.
+  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import remote  # pylint: disable=g-import-not-at-top
+  num_splits = cluster.MaxNumSplits(p)
+  if FLAGS.cluster_spec and FLAGS.mode != 'export':
+    return remote.Connect(remote.ParseClusterSpec(FLAGS.cluster_spec), p.cluster, num_splits, FLAGS.task)
+  if FLAGS.task is not None and not FLAGS.cluster_spec:
+    raise errors.ConfigError('--task=%d needs --cluster_spec.' % FLAGS.task)
+  needed = p.cluster.num_replicas * max(1, num_splits)
+  num_devices = FLAGS.pipeline_devices if FLAGS.pipeline_devices is not None else needed
+  if num_devices > 1:
     cluster.ConfigureLocalDevices(num_devices)
-  if FLAGS.mode == 'inspect':
-    return inspector.Inspect(p, out=out)
-  checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)
-  if FLAGS.mode == 'train':
-    return train_loop.TrainLoop(p, FLAGS.logdir, out=out).Run()
-  if FLAGS.mode == 'eval':
-    return evaler.Evaluate(p, FLAGS.logdir, FLAGS.checkpoint_path, out=out)
-  if FLAGS.mode == 'decode':
-    return decoder.Decode(p, FLAGS.logdir, FLAGS.checkpoint_path, out=out)
-  return exporter.Export(p, FLAGS.logdir, FLAGS.export_dir, FLAGS.checkpoint_path, out=out)
+  return cluster.Cluster.FromParams(p.cluster, num_splits)
 
 
 def main(argv):

@@ -16,7 +16,9 @@ Tables:
   5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32;
   6. the machine's own ceiling: two independent copies of the plain model on two devices in one step against
      one copy, i.e. the best any 2-way split can do here (shared caches, memory bandwidth, clock boost);
-  7. the CIFAR-10 default model, AmoebaNet-D(6, 32) at batch 64: plain, and K=2 with M=8 (images/s).
+  7. the CIFAR-10 default model, AmoebaNet-D(6, 32) at batch 64: plain, and K=2 with M=8 (images/s);
+  8. (--sections=multiprocess) K=2 over two lingpipe-worker processes pinned to one core each, against one pinned
+     process running the whole model (tools/multiprocess_benchmark.py, in its own processes).
 """
 
 import argparse
@@ -40,7 +42,8 @@ def _Args():
   parser.add_argument('--steps', type=int, default=5, help='Timed steps per configuration (median is kept).')
   parser.add_argument('--inter_op', type=int, default=NUM_DEVICES, help='Inter-op threads.')
   parser.add_argument('--sections', default='table1,ceiling,overhead,remat,ttfs,amoebanet',
-                      help='Comma-separated sections to run: table1, ceiling, overhead, remat, ttfs, amoebanet.')
+                      help='Comma-separated sections to run: table1, ceiling, overhead, remat, ttfs, amoebanet, '
+                      'multiprocess.')
   return parser.parse_args()
 
 
@@ -298,6 +301,9 @@ def main():
     results['time_to_first_step'] = TimeToFirstStep([4, 32] if not ARGS.quick else [4, 8])
   if 'amoebanet' in sections:
     results['amoebanet'] = AmoebaNetThroughput()
+  if 'multiprocess' in sections:
+    import multiprocess_benchmark  # pylint: disable=g-import-not-at-top
+    results['multiprocess'] = multiprocess_benchmark.Run(steps=ARGS.steps)
   with open(ARGS.out, 'w') as f:
     json.dump(results, f, indent=2, sort_keys=True)
   print('\nWrote %s' % ARGS.out)

@@ -38,6 +38,10 @@ def _Library(path):
   return path.split('/', 1)[0]
 
 
+# The console scripts of setup.py.
+BINARIES = {'lingpipe_train': 'lingpipe/trainer.py', 'lingpipe_worker': 'lingpipe/worker.py'}
+
+
 def _List(items, indent='        '):
   return '[\n' + ''.join('%s"%s",\n' % (indent, i) for i in items) + '    ]'
 
@@ -46,7 +50,7 @@ def Render():
   libraries = {}
   for directory in LIBRARY_DIRS:
     for path in _PyFiles(directory):
-      if path == 'lingpipe/trainer.py':
+      if path in BINARIES.values():
         continue
       libraries.setdefault(_Library(path), []).append(path)
   third_party = ['requirement("%s")' % r for r in THIRD_PARTY]
@@ -57,8 +61,9 @@ def Render():
         name, _List(libraries[name]), deps))
   everything = [':' + name for name in sorted(libraries)]
   blocks.append('py_library(\n    name = "all",\n    deps = %s,\n)\n' % _List(everything))
-  blocks.append('py_binary(\n    name = "lingpipe_train",\n    srcs = ["lingpipe/trainer.py"],\n'
-                '    main = "lingpipe/trainer.py",\n    deps = [":all"],\n)\n')
+  for name, path in sorted(BINARIES.items()):
+    blocks.append('py_binary(\n    name = "%s",\n    srcs = ["%s"],\n    main = "%s",\n    deps = [":all"],\n)\n'
+                  % (name, path, path))
   for path in _PyFiles('tools'):
     name = 'tools_' + os.path.splitext(os.path.basename(path))[0]
     blocks.append('py_binary(\n    name = "%s",\n    srcs = ["%s"],\n    main = "%s",\n    deps = [":all"],\n)\n'

@@ -1,5 +1,6 @@
 """SingleTaskModelParams: what a registered model defines (its datasets and its task)."""
 
+from lingpipe.core import cluster
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
 
@@ -27,8 +28,12 @@ class SingleTaskModelParams:
     """Task Params (a BaseTask subclass's Params())."""
     raise NotImplementedError('%s defines no Task().' % type(self).__name__)
 
+  def Cluster(self):
+    """How data-parallel replicas and pipeline splits map onto devices (lingpipe.core.cluster.Params)."""
+    return cluster.Params()
+
   def Model(self, name, dataset):
-    """The full model Params: `model` (its registry key), `task` and `input` (for `dataset`)."""
+    """The full model Params: `model` (its registry key), `task`, `input` (for `dataset`) and `cluster`."""
     if dataset not in DATASETS:
       raise errors.ConfigError('Unknown dataset %r; expected one of %s.%s' % (
           dataset, ', '.join(DATASETS), errors.DidYouMean(dataset, DATASETS)))
@@ -37,4 +42,5 @@ class SingleTaskModelParams:
     p.Define('dataset', dataset, 'Which dataset `input` reads.')
     p.Define('task', self.Task(), 'The task: network, loss, metrics, training settings.')
     p.Define('input', getattr(self, dataset)(), 'The input generator of `dataset`.')
+    p.Define('cluster', self.Cluster(), 'Replicas and the (replica, split) -> device map (lingpipe.core.cluster).')
     return p

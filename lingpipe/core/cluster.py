@@ -1,24 +1,61 @@
-"""Devices for pipeline cells: which device runs split k of replica r.
+r"""Devices of pipelines: which device runs split k of replica r (a 2-D mesh), locally or on remote workers.
 
-Locally the devices are GPUs when there are enough, otherwise logical CPU devices made with
-`tf.config.set_logical_device_configuration` (one per split), which must happen before TensorFlow initializes
-its runtime: call `ConfigureLocalDevices(K)` first thing (the trainer does, from --pipeline_devices or the
-model's params). On CPU, intra_op=1 makes each logical device behave like one core ("one core = one
-accelerator") and inter_op >= 2 lets cells run concurrently (logical CPU devices share one inter-op pool, and
-inter_op=1 serializes everything).
+Devices are taken in *slot order*: locally the GPUs, or logical CPU devices when there are not enough GPUs; on a
+cluster (see remote.py) task 0's devices of the worker job, then task 1's, and so on. R replicas of a K-split
+pipeline take R*K slots, as `cluster.mesh_order` says (model params, so `--mode=inspect` prints the map):
 
-A `Cluster` can also be given explicit device names, such as '/job:worker/task:1/device:GPU:0', so remote
-pipelines need no change in the layers.
+  replica_major (default): (replica r, split k) -> slot r*K + k. A replica's splits are neighbours, on one host
+      when it has K devices: pipeline traffic stays inside a host, and only gradient averaging crosses hosts.
+  split_major: (r, k) -> slot k*R + r. Split k of every replica sits together: weights and their gradient
+      averaging stay inside a host, the pipeline's boundary activations cross hosts.
+
+    two workers with two GPUs each, R=2, K=2:
+                      split 0               split 1
+      replica_major   rep 0: task:0/GPU:0   task:0/GPU:1      (one pipeline per host)
+                      rep 1: task:1/GPU:0   task:1/GPU:1
+      split_major     rep 0: task:0/GPU:0   task:1/GPU:0      (one split per host)
+                      rep 1: task:0/GPU:1   task:1/GPU:1
+
+Variables of split k live on replica 0's device for split k; other replicas read them and send their gradients
+back, where they are averaged (BaseTask.ComputeGradients). Layers outside any pipeline run, for replica r, on the
+device of (r, split 0).
+
+On CPU, `ConfigureLocalDevices(n)` makes n logical devices with intra_op=1 each, so each behaves like one core ("one
+core = one accelerator"), and inter_op >= 2 lets cells run concurrently (logical CPU devices share one inter-op
+pool, and inter_op=1 serializes everything). It must run before TensorFlow initializes: the trainer calls it first
+thing, from --pipeline_devices or the model's params.
 """
 
+import contextlib
+import re
 import threading
 
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.core import hyperparams
+
+MESH_ORDERS = ('replica_major', 'split_major')
+DEVICE_TYPES = ('auto', 'GPU', 'CPU')
 
 _LOCK = threading.Lock()
 _CONFIGURED = {}
+_CURRENT = []
+
+
+def Params():
+  """The model's `cluster` params: how replicas and splits map onto devices."""
+  p = hyperparams.Params()
+  p.Define('num_replicas', 1, 'Data-parallel replicas R of every pipeline: the global batch is split over them and '
+           'their gradients are averaged.')
+  p.Define('mesh_order', 'replica_major', "How (replica, split) takes device slots: 'replica_major' (r*K + k: a "
+           "replica's splits together, one pipeline per host) or 'split_major' (k*R + r: one split per host).")
+  p.Define('job', 'worker', 'Job of the cluster spec whose tasks hold the pipelines (with --cluster_spec).')
+  p.Define('device_type', 'auto', "Devices to use: 'GPU', 'CPU', or 'auto' (GPUs where there are any).")
+  p.Define('devices_per_task', 0, 'Devices of each worker task to use (0: all of device_type).')
+  p.Define('timeout_s', 300.0, 'A worker that does not answer for this long (a step that makes no progress, or a '
+           'start-up check) stops the trainer with an error naming it.')
+  return p
 
 
 def ConfigureLocalDevices(num_devices, intra_op_threads=1, inter_op_threads=None):
@@ -55,28 +92,82 @@ def ConfigureLocalDevices(num_devices, intra_op_threads=1, inter_op_threads=None
 
 def LocalDevices():
   """Names of the local accelerator devices, or of the logical CPU devices when there is no GPU."""
-  gpus = tf.config.list_logical_devices('GPU')
+  gpus = [d.name for d in tf.config.list_logical_devices('GPU') if '/job:' not in d.name]
   if gpus:
-    return [d.name for d in gpus]
-  return [d.name for d in tf.config.list_logical_devices('CPU')]
+    return gpus
+  return [d.name for d in tf.config.list_logical_devices('CPU') if '/job:' not in d.name]
+
+
+def _TaskAndIndex(name):
+  m = re.search(r'/task:(\d+)/device:(\w+):(\d+)$', name)
+  return (int(m.group(1)), int(m.group(3))) if m else (0, 0)
+
+
+def RemoteSlots(job, device_type='auto', devices_per_task=0):
+  """The devices of `job` (after connecting to a cluster) in slot order: by task, then by device index."""
+  names = [d.name for d in tf.config.list_logical_devices() if '/job:%s/' % job in d.name]
+  kind = device_type
+  if kind == 'auto':
+    kind = 'GPU' if any('/device:GPU:' in n for n in names) else 'CPU'
+  names = sorted((n for n in names if '/device:%s:' % kind in n), key=_TaskAndIndex)
+  if devices_per_task:
+    names = [n for n in names if _TaskAndIndex(n)[1] < devices_per_task]
+  return names
 
 
 class Cluster:
-  """Maps (replica, split) to a device name. `devices` is a list per replica, or a flat list for one replica."""
+  """Maps (replica, split) to a device name.
 
-  def __init__(self, devices=None):
+  `devices`: a list of device names per replica (an explicit mesh), or one flat list for one replica; default:
+  the local devices, one replica. Cluster.FromParams builds the mesh from the model's `cluster` params.
+  """
+
+  def __init__(self, devices=None, remote_job=None):
     if devices is None:
       devices = [LocalDevices()]
     elif devices and isinstance(devices[0], str):
       devices = [list(devices)]
     self.devices = [list(d) for d in devices]
+    self.remote_job = remote_job  # The worker job when the devices are remote (see remote.py), else None.
+
+  @classmethod
+  def FromParams(cls, params, num_splits, slots=None, remote_job=None):
+    """The R x K mesh of `params` (the model's `cluster` params) over `slots` (default: the local devices)."""
+    slots = list(slots) if slots is not None else LocalDevices()
+    num_replicas, num_splits = params.num_replicas, max(1, num_splits)
+    if num_replicas < 1:
+      raise errors.ConfigError('cluster.num_replicas must be >= 1, got %d.' % num_replicas)
+    if params.mesh_order not in MESH_ORDERS:
+      raise errors.ConfigError('cluster.mesh_order must be one of %s, got %r.%s' % (
+          ', '.join(MESH_ORDERS), params.mesh_order, errors.DidYouMean(str(params.mesh_order), MESH_ORDERS)))
+    needed = num_replicas * num_splits
+    if needed > len(slots):
+      where = 'the workers of job %r have' % remote_job if remote_job else 'this machine has'
+      fix = ('start more workers or give each more devices (lingpipe-worker --cpu_devices)' if remote_job else
+             'pass --pipeline_devices=%d (logical CPU devices)' % needed)
+      raise errors.ConfigError(
+          '%d replicas x %d splits need %d devices, but %s %d (%s). Lower cluster.num_replicas or the '
+          'pipeline\'s num_splits, or %s.' % (num_replicas, num_splits, needed, where, len(slots),
+                                              ', '.join(slots), fix))
+    if params.mesh_order == 'replica_major':
+      mesh = [[slots[r * num_splits + k] for k in range(num_splits)] for r in range(num_replicas)]
+    else:
+      mesh = [[slots[k * num_replicas + r] for k in range(num_splits)] for r in range(num_replicas)]
+    return cls(mesh, remote_job)
 
   @property
   def num_replicas(self):
     return len(self.devices)
 
+  @property
+  def is_remote(self):
+    return self.remote_job is not None
+
   def Device(self, split, replica=0, num_splits=None):
     """The device of `split` in `replica`. With fewer devices than splits, splits wrap around (and share)."""
+    if not 0 <= replica < len(self.devices):
+      raise errors.ConfigError('Replica %d does not exist: the cluster has %d replica(s) (cluster.num_replicas).' %
+                               (replica, len(self.devices)))
     row = self.devices[replica]
     if num_splits is not None and num_splits > len(row):
       raise errors.ConfigError('The pipeline has %d splits but only %d devices are available (%s). Set up more '
@@ -84,10 +175,46 @@ class Cluster:
                                    num_splits, len(row), ', '.join(row), num_splits))
     return row[split % len(row)]
 
+  def ReplicaDevice(self, replica=0):
+    """Where replica `replica` runs what lies outside pipelines (the device of its split 0)."""
+    return self.Device(0, replica)
+
+  @property
+  def io_device(self):
+    """Where checkpoints are read and written: None locally; the trainer's own CPU on a remote cluster."""
+    return None
+
+  def Placement(self):
+    """A device scope for work outside pipelines (task building, the step function; not the input pipeline,
+    which stays in the trainer): replica 0's split-0 device on a remote cluster; locally none, so TensorFlow
+    places ops as usual."""
+    return tf.device(self.ReplicaDevice(0)) if self.is_remote else contextlib.nullcontext()
+
+  def MapLines(self):
+    """The mesh as text lines, one per replica (for --mode=inspect)."""
+    lines = []
+    for r, row in enumerate(self.devices):
+      lines.append('replica %d: %s' % (r, '  '.join('split %d -> %s' % (k, d) for k, d in enumerate(row))))
+    return lines
+
+
+def Current():
+  """The cluster set by `Use` (the trainer's), else the local devices as one replica."""
+  return _CURRENT[-1] if _CURRENT else Cluster()
+
+
+@contextlib.contextmanager
+def Use(c):
+  """Within this block, pipelines and tasks place their work on cluster `c`."""
+  _CURRENT.append(c)
+  try:
+    yield c
+  finally:
+    _CURRENT.pop()
+
 
 def PipelineParams(params):
   """The Params of every PipeliningLayer in a Params tree (found by their cell_tpl and num_splits fields)."""
-  from lingpipe.core import hyperparams  # pylint: disable=g-import-not-at-top
   return [p for p in hyperparams.IterNested(params) if 'cell_tpl' in p and 'num_splits' in p]
 
 

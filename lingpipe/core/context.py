@@ -14,7 +14,8 @@ import tensorflow as tf
 
 _STATE = threading.local()
 # Each entry: a stack of values, innermost last, with its value outside any block.
-_DEFAULTS = {'training': False, 'step_seed': None, 'micro_batch': None, 'bn_stats': None, 'exporting': False}
+_DEFAULTS = {'training': False, 'step_seed': None, 'micro_batch': None, 'bn_stats': None, 'exporting': False,
+             'replica': 0}
 
 
 def _Current(name):
@@ -71,19 +72,41 @@ def CurrentStepSeed():
   return seed + tf.cast(micro_batch, tf.int64) * (2**32)  # Distinct from every step seed below 2^32.
 
 
-class BatchNormStats:
-  """Collects batch-norm moments instead of updating moving averages (the pipeline updates them once per step).
+def Replica(index):
+  """Within this block, the computation is data-parallel replica `index` (a Python int) of the cluster."""
+  return _Push('replica', int(index))
 
-  With discard=True the moments are dropped: used while re-computing a forward pass in the backward.
+
+def CurrentReplica():
+  return _Current('replica')
+
+
+class BatchNormStats:
+  """Collects batch-norm moments instead of updating moving averages, so that they move once per step.
+
+  A pipeline collects the moments of every micro-batch, and the task those of every replica; `Update()` then moves
+  each layer's averages once, by the mean and variance of all the parts together (parts of equal size), which is
+  what the plain model computes from the whole mini-batch. With discard=True the moments are dropped: used while
+  re-computing a forward pass in the backward.
   """
 
   def __init__(self, discard=False):
     self.discard = discard
-    self.moments = {}  # layer path -> (layer, mean, variance)
+    self.moments = {}  # layer path -> (layer, [(mean, variance) of each part])
 
   def Add(self, layer, mean, variance):
     if not self.discard:
-      self.moments[layer.path] = (layer, mean, variance)
+      self.moments.setdefault(layer.path, (layer, []))[1].append((mean, variance))
+
+  def Update(self):
+    """Moves each layer's moving averages once, by the pooled moments of its parts; returns the update ops."""
+    updates = []
+    for layer, parts in self.moments.values():
+      with tf.device(layer.moving_mean.device):
+        mean = tf.reduce_mean(tf.stack([m for m, _ in parts]), axis=0)
+        second = tf.reduce_mean(tf.stack([v + tf.square(m) for m, v in parts]), axis=0)
+        updates.append(layer.UpdateMovingStats(mean, second - tf.square(mean)))
+    return updates
 
 
 def CollectBatchNormStats(collector):

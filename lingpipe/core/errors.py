@@ -64,3 +64,7 @@ def DidYouMean(name, candidates):
   if not matches:
     return ''
   return ' Did you mean: %s?' % ', '.join(matches)
+
+
+class ClusterError(UserError, ConnectionError):
+  """A worker that is unreachable, died, hangs, or was started for another cluster."""

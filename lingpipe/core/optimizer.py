@@ -36,9 +36,10 @@ class BaseOptimizer(tf.Module):
       key = _SlotKey(var)
       if key in self.slots:
         continue
-      self.slots[key] = {name: tf.Variable(tf.zeros_like(var), trainable=False,
-                                           name='%s/%s/%s' % (self.params.name, key, name))
-                         for name in self._SLOTS}
+      with tf.device(var.device):  # Slots live beside their variable (its pipeline cell's device).
+        self.slots[key] = {name: tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False,
+                                             name='%s/%s/%s' % (self.params.name, key, name))
+                           for name in self._SLOTS}
     return self
 
   def Apply(self, grads, variables, learning_rate):

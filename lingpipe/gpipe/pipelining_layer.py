@@ -10,6 +10,10 @@ returns them once: one synchronous update, with the same gradients as the plain 
 Batch norm inside cells normalizes each micro-batch with its own moments (as GPipe does); the moving averages are
 updated once per step from the moments of all micro-batches, i.e. with the whole mini-batch's mean and variance.
 
+Data parallelism (cluster.py, BaseTask.ComputeGradients): under a cluster of R replicas, the layer knows the
+R x K mesh; a forward inside `context.Replica(r)` runs its cells on row r (variables stay on row 0), and its batch
+norm moments go to the task, which moves the averages once for all replicas.
+
 Evaluation runs the same forward schedule without gradients; export (`context.Exporting()`) runs the layers one
 after another with no placement and no micro-batching, so the SavedModel needs no pipeline.
 
@@ -63,8 +67,9 @@ class PipeliningLayer(base_layer.BaseLayer):
              "'except_last' stores the last micro-batch's activations (its backward starts at once); 'never' "
              "stores all activations.")
     p.Define('schedule', 'gpipe', 'Pipeline schedule: one of %s.' % ', '.join(schedule_lib.SCHEDULES))
-    p.Define('devices', None, 'Device names for the cells (a list of K); None takes the local devices '
-             '(GPUs, else logical CPU devices; see lingpipe.core.cluster).')
+    p.Define('devices', None, 'Device names for the cells: a list of K, or a list of K per replica; None takes '
+             'the current cluster\'s mesh (the trainer\'s; locally: GPUs, else logical CPU devices; see '
+             'lingpipe.core.cluster).')
     return p
 
   def __init__(self, params):
@@ -87,13 +92,14 @@ class PipeliningLayer(base_layer.BaseLayer):
       counts = partition.Partition(units, p.num_splits, p.balance, self._InputShapes(),
                                    self._SampleInputs() if p.balance in ('time', 'memory') else None)
     object.__setattr__(self, '_num_cells', len(counts))
-    devices = list(p.devices) if p.devices else None
-    object.__setattr__(self, '_cluster', cluster.Cluster(devices))
+    mesh = cluster.Cluster(list(p.devices)) if p.devices else cluster.Current()
     if base_layer.IsAbstract():  # Nothing is placed: sizes only (any number of cells on this machine).
-      object.__setattr__(self, '_devices', [self._cluster.Device(0, num_splits=1)] * self._num_cells)
+      object.__setattr__(self, '_mesh', [[mesh.Device(0, num_splits=1)] * self._num_cells])
     else:
-      object.__setattr__(self, '_devices', [self._cluster.Device(k, num_splits=self._num_cells)
-                                            for k in range(self._num_cells)])
+      # _mesh[r][k]: the device of cell k in replica r. Variables live on replica 0's devices.
+      object.__setattr__(self, '_mesh', [[mesh.Device(k, r, num_splits=self._num_cells)
+                                          for k in range(self._num_cells)] for r in range(mesh.num_replicas)])
+    object.__setattr__(self, '_devices', self._mesh[0])
     object.__setattr__(self, '_bounds', [int(b) for b in np.cumsum([0] + counts)])
     # With `layers`, children are named like SequentialLayer's ('sub_<i>', attribute 'sub'): variable names, seeds
     # and checkpoints do not depend on K or M, and equal those of SequentialLayer(sub=layers) of the same name.
@@ -115,7 +121,20 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   @property
   def devices(self):
+    """The cells' devices in replica 0 (where the variables live)."""
     return list(self._devices)
+
+  @property
+  def num_replicas(self):
+    return len(self._mesh)
+
+  def _Replica(self):
+    """The replica the current FProp is for (context.Replica), checked against the mesh."""
+    r = context.CurrentReplica()
+    if not 0 <= r < len(self._mesh):
+      raise errors.ConfigError('Layer %s was built for %d replica(s) but is run as replica %d; build it under the '
+                               'cluster that runs it (cluster.Use).' % (self.path, len(self._mesh), r))
+    return r
 
   def CellLayers(self, k):
     """The layers of cell k."""
@@ -193,33 +212,35 @@ class PipeliningLayer(base_layer.BaseLayer):
         raise
     return x
 
-  def _Body(self, k, training, inputs, micro_batch_index, collector):
-    with tf.device(self._devices[k]), context.Training(training), context.MicroBatch(micro_batch_index), \
+  def _Body(self, k, r, training, inputs, micro_batch_index, collector):
+    with tf.device(self._mesh[r][k]), context.Training(training), context.MicroBatch(micro_batch_index), \
         context.CollectBatchNormStats(collector):
       return self._RunCell(k, inputs)
 
-  def _CellFn(self, k, training):
-    """A tf.function running cell k on its device: (inputs, micro-batch index) -> (outputs, bn moments)."""
-    key = ('forward', k, training)
+  def _CellFn(self, k, r, training):
+    """A tf.function running cell k of replica r on its device: (inputs, micro-batch index) -> (outputs, bn
+    moments {layer path: [(mean, variance)]})."""
+    key = ('forward', k, r, training)
     if key not in self._cell_fns:
 
       def Cell(inputs, micro_batch_index):
         collector = context.BatchNormStats()
-        outputs = self._Body(k, training, inputs, micro_batch_index, collector)
-        return outputs, {path: (mean, variance) for path, (_, mean, variance) in collector.moments.items()}
+        outputs = self._Body(k, r, training, inputs, micro_batch_index, collector)
+        return outputs, {path: parts for path, (_, parts) in collector.moments.items()}
 
       # Not inlined: the graph keeps one call per (micro-batch, cell) instead of M copies of every cell, which keeps
       # graph optimization and time to first step flat in M.
       self._cell_fns[key] = tf.function(Cell, autograph=False, experimental_attributes={'_noinline': True})
     return self._cell_fns[key]
 
-  def _BackwardFn(self, k):
-    """cell k's re-computing backward task (remat.AccumulatingBackward), traced once and called per micro-batch."""
-    key = ('backward', k)
+  def _BackwardFn(self, k, r):
+    """Cell k's re-computing backward task in replica r (remat.AccumulatingBackward), traced once and called per
+    micro-batch."""
+    key = ('backward', k, r)
     if key not in self._cell_fns:
       # Re-computation must not move batch-norm averages again: its moments are discarded.
-      fn = lambda a, index: self._Body(k, True, a, index, context.BatchNormStats(discard=True))
-      self._cell_fns[key] = remat.AccumulatingBackward(fn, self.CellVariables(k), self._devices[k])
+      fn = lambda a, index: self._Body(k, r, True, a, index, context.BatchNormStats(discard=True))
+      self._cell_fns[key] = remat.AccumulatingBackward(fn, self.CellVariables(k), self._mesh[r][k])
     return self._cell_fns[key]
 
   def _NumMicroBatches(self, inputs):
@@ -240,7 +261,8 @@ class PipeliningLayer(base_layer.BaseLayer):
       return inputs
     if context.IsTraining():
       if self._num_cells == 1 and self._NumMicroBatches(inputs) == 1 and self.params.remat == 'never':
-        with tf.device(self._devices[0]):  # Nothing to pipeline or re-compute: the plain model, at plain speed.
+        # Nothing to pipeline or re-compute: the plain model, at plain speed.
+        with tf.device(self._mesh[self._Replica()][0]):
           return self._RunCell(0, inputs)
       return self._TrainFProp(inputs)
     return self._Forward(inputs, training=False)[0]
@@ -251,44 +273,44 @@ class PipeliningLayer(base_layer.BaseLayer):
     The record maps (m, k) -> (cell inputs, cell outputs, tape or None); tasks in `taped` are recorded on a tape.
     """
     p = self.params
+    r = self._Replica()
+    devices = self._mesh[r]
     num_micro = self._NumMicroBatches(inputs)
     # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
-    record, moments, previous = {}, {}, {}
+    record, previous = {}, {}
+    moments = context.BatchNormStats()
+    layers_by_path = {layer.path: layer for layer in self.Walk()}
     for m, k in schedule_lib.ForwardOrder(num_micro, self._num_cells, p.schedule):
       cell_in = micro[m] if k == 0 else record[(m, k - 1)][1]
       index = _Opaque(tf.constant(m, tf.int64))
       # A device runs one task at a time, in schedule order: micro-batch m waits for m-1 on the same cell.
-      with tf.device(self._devices[k]), tf.control_dependencies(previous.get(k, [])):
+      with tf.device(devices[k]), tf.control_dependencies(previous.get(k, [])):
         if (m, k) in taped:
           tape = tf.GradientTape(watch_accessed_variables=False)
           with tape:
             tape.watch([t for t in tf.nest.flatten(cell_in) if t.dtype.is_floating])
             tape.watch(self.CellVariables(k))
-            cell_out, stats = self._CellFn(k, training)(cell_in, index)
+            cell_out, stats = self._CellFn(k, r, training)(cell_in, index)
         else:
           tape = None
-          cell_out, stats = self._CellFn(k, training)(cell_in, index)
+          cell_out, stats = self._CellFn(k, r, training)(cell_in, index)
       record[(m, k)] = (cell_in, cell_out, tape)
       previous[k] = tf.nest.flatten(cell_out)
-      for path, mv in stats.items():
-        moments.setdefault(path, (k, []))[1].append(mv)
+      for path, parts in stats.items():
+        for mean, variance in parts:
+          moments.Add(layers_by_path[path], mean, variance)
     if training:
-      self._UpdateBatchNorm(moments)
+      outer = context.CurrentBatchNormStats()
+      if outer is None:  # Moving averages move once per step, by the moments of all micro-batches.
+        moments.Update()
+      else:  # Data parallelism: the task pools these with the other replicas' moments.
+        for layer, parts in moments.moments.values():
+          for mean, variance in parts:
+            outer.Add(layer, mean, variance)
     outputs = microbatch.Merge([record[(m, self._num_cells - 1)][1] for m in range(num_micro)], p.batch_dim,
                                pad_rows)
     return outputs, record, pad_rows, num_micro
-
-  def _UpdateBatchNorm(self, moments):
-    """Moves each batch norm's averages once, by the mean and variance of all micro-batches together."""
-    layers = {layer.path: layer for layer in self.Walk()}
-    for path, (k, stats) in moments.items():
-      with tf.device(self._devices[k]):
-        means = tf.stack([mean for mean, _ in stats])
-        second = tf.stack([variance + tf.square(mean) for mean, variance in stats])
-        mean = tf.reduce_mean(means, axis=0)
-        variance = tf.reduce_mean(second, axis=0) - tf.square(mean)
-        layers[path].UpdateMovingStats(mean, variance)
 
   def _TrainFProp(self, inputs):
     p = self.params
@@ -310,6 +332,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       else:
         taped = set()
       outputs, record, pad_rows, num_micro = self._Forward(x, True, taped)
+      r = self._Replica()
       structure['outputs'] = outputs
       flat_outputs = tf.nest.flatten(outputs)
 
@@ -326,11 +349,11 @@ class PipeliningLayer(base_layer.BaseLayer):
           cell_in, cell_out, tape = record[(m, k)]
           upstream = dy_micro[m] if k == self._num_cells - 1 else grads_in[(m, k + 1)]
           cell_vars = self.CellVariables(k)
-          with tf.device(self._devices[k]):
+          with tf.device(self._mesh[r][k]):
             if k not in accumulated:  # Gradients are summed on the cell's own device.
               accumulated[k] = [_Opaque(tf.zeros_like(v)) for v in cell_vars]
             if tape is None:
-              in_grads, accumulated[k] = self._BackwardFn(k)(cell_in, upstream, _Opaque(tf.constant(m, tf.int64)),
+              in_grads, accumulated[k] = self._BackwardFn(k, r)(cell_in, upstream, _Opaque(tf.constant(m, tf.int64)),
                                                              accumulated[k])
             else:
               in_grads, var_grads = remat.Backward(None, cell_vars, cell_in, upstream, tape=tape, outputs=cell_out)

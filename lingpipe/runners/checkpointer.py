@@ -13,6 +13,7 @@ import tempfile
 import tensorflow as tf
 from google.protobuf import text_format
 
+from lingpipe.core import cluster
 from lingpipe.core import errors
 
 PARAMS_FILE = 'params.txt'
@@ -72,6 +73,13 @@ def WriteParams(logdir, params):
   AtomicWrite(os.path.join(logdir, PARAMS_FILE), params.ToText())
 
 
+def Options():
+  """CheckpointOptions for this process: on a remote cluster the trainer itself reads and writes the files (so
+  the logdir need not be on the workers' hosts); locally TensorFlow's default."""
+  io_device = cluster.Current().io_device
+  return tf.train.CheckpointOptions(experimental_io_device=io_device) if io_device else None
+
+
 def _CheckpointFiles(path):
   directory = os.path.dirname(path)
   prefix = os.path.basename(path)
@@ -94,7 +102,7 @@ def Restore(checkpoint, path, partial=False):
                                      path, ', '.join(files) or 'nothing',
                                      os.path.join(os.path.dirname(path), 'checkpoint')))
   try:
-    status = checkpoint.restore(path)
+    status = checkpoint.restore(path, options=Options())
     if partial:
       status.expect_partial().assert_existing_objects_matched()
     else:

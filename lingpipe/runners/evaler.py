@@ -5,6 +5,7 @@ import os
 
 import tensorflow as tf
 
+from lingpipe.core import cluster
 from lingpipe.core import errors
 from lingpipe.runners import checkpointer
 
@@ -23,11 +24,22 @@ def ResolveCheckpoint(logdir, checkpoint_path):
 
 def LoadTask(p, logdir, checkpoint_path=None):
   """(task, global step, checkpoint path): the task built from `p` with the weights of a checkpoint."""
-  task = p.task.Instantiate()
+  with cluster.Current().Placement():
+    task = p.task.Instantiate()
   path = ResolveCheckpoint(logdir, checkpoint_path)
   step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
   checkpointer.Restore(tf.train.Checkpoint(step=step, task=task), path, partial=True)
   return task, int(step.numpy()), path
+
+
+def Placed(fn):
+  """fn, run under the current cluster's placement (on a remote cluster: on the workers, not the trainer)."""
+
+  def Run(*args):
+    with cluster.Current().Placement():
+      return fn(*args)
+
+  return Run
 
 
 def WriteResults(directory, result, summary_prefix):
@@ -50,7 +62,7 @@ def Evaluate(p, logdir, checkpoint_path=None, out=None):
     raise errors.ConfigError('The %s input repeats forever (input.repeat=True); set input.repeat=False or '
                              'task.eval.max_batches.' % p.dataset)
   task, step, path = LoadTask(p, logdir, checkpoint_path)
-  eval_fn = tf.function(task.ComputeMetrics, autograph=False)
+  eval_fn = tf.function(Placed(task.ComputeMetrics), autograph=False)
   sums, weights, batches = {}, {}, 0
   for batch in p.input.Instantiate().GetDataset():
     for name, (value, weight) in eval_fn(batch).items():

@@ -1,5 +1,7 @@
-"""Inspect: a model's params text and a table of its variables (name, shape, device, bytes)."""
+"""Inspect: a model's params text, the (replica, split) -> device map, and a table of its variables (name, shape,
+device, bytes) and pipeline cells."""
 
+from lingpipe.core import cluster
 from lingpipe.gpipe import pipelining_layer
 
 
@@ -14,9 +16,12 @@ def VariableTable(task):
 
 
 def Inspect(p, out=None):
-  task = p.task.Instantiate()
+  mesh = cluster.Current()
+  with mesh.Placement():
+    task = p.task.Instantiate()
   print('# Params of %s (dataset %s)' % (p.model, p.dataset), file=out)
   print(p.ToText(), file=out)
+  PrintMesh(mesh, p.cluster, out)
   rows = VariableTable(task)
   widths = [max([len(h)] + [len(str(r[i])) for r in rows]) for i, h in enumerate(('name', 'shape', 'device'))]
   print('# Variables', file=out)
@@ -33,6 +38,15 @@ def Inspect(p, out=None):
   print('# %d variables, %d trainable parameters, %.2f MiB' % (len(rows), trainable, total_bytes / 2**20),
         file=out, flush=True)
   return rows
+
+
+def PrintMesh(mesh, cluster_params, out=None):
+  """The (replica, split) -> device map the model's pipelines use."""
+  where = 'workers of job %r' % mesh.remote_job if mesh.is_remote else 'local devices'
+  print('# Device mesh: %d replica(s) x %d split(s) on %s, mesh_order=%s' % (
+      mesh.num_replicas, len(mesh.devices[0]), where, cluster_params.mesh_order), file=out)
+  for line in mesh.MapLines():
+    print(line, file=out)
 
 
 def _Human(n, unit=''):

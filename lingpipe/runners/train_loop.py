@@ -1,11 +1,14 @@
 """The training loop: resume, step in a tf.function, log progress, write summaries and checkpoints."""
 
+import contextlib
 import os
 import time
 
 import tensorflow as tf
 
+from lingpipe.core import cluster
 from lingpipe.core import errors
+from lingpipe.core import remote
 from lingpipe.runners import checkpointer
 from lingpipe.runners import init_from_checkpoint
 
@@ -19,6 +22,13 @@ def _FormatSeconds(seconds):
   return '%ds' % seconds
 
 
+class _NoWatchdog:
+  """Local runs have no workers to watch."""
+
+  def Beat(self):
+    pass
+
+
 class TrainLoop:
   """Trains the task of model params `p` in `logdir` until task.train.max_steps."""
 
@@ -26,8 +36,10 @@ class TrainLoop:
     self.p, self.logdir, self.out = p, logdir, out
     self.train_dir = os.path.join(logdir, checkpointer.TRAIN_DIR)
     tp = p.task.train
-    self.task = p.task.Instantiate()
-    self.optimizer = self.task.CreateOptimizer()
+    self.cluster = cluster.Current()
+    with self.cluster.Placement():
+      self.task = p.task.Instantiate()
+      self.optimizer = self.task.CreateOptimizer()
     self.schedule = self.task.CreateLearningRateSchedule()
     self.input = p.input.Instantiate()
     self.iterator = iter(self.input.GetDataset())
@@ -41,10 +53,27 @@ class TrainLoop:
     self.step_fn = tf.function(self._Step, autograph=False)
 
   def _Step(self, batch):
-    out = self.task.TrainStep(batch, self.global_step, self.optimizer, self.schedule)
+    with self.cluster.Placement():
+      out = self.task.TrainStep(batch, self.global_step, self.optimizer, self.schedule)
     with tf.control_dependencies([out.loss, out.grad_norm]):
       self.global_step.assign_add(tf.cast(out.is_finite, tf.int64))
     return out
+
+  @contextlib.contextmanager
+  def _NameDeadWorkers(self, what):
+    """On a remote cluster, turns a failed TensorFlow call into a ClusterError naming the workers that are gone."""
+    try:
+      yield
+    except tf.errors.OpError as e:
+      if not self.cluster.is_remote:
+        raise
+      problems = self.cluster.Diagnose()
+      if not problems:
+        raise
+      latest = self.manager.latest_checkpoint
+      raise errors.ClusterError(self.cluster.FailureMessage(
+          problems, '%s failed (%s)' % (what, remote.ErrorSummary(e)),
+          ' to resume from %s' % latest if latest else ' (no checkpoint was written yet)')) from e
 
   def Print(self, line):
     print(line, file=self.out, flush=True)
@@ -57,10 +86,17 @@ class TrainLoop:
     return latest
 
   def Save(self):
-    path = self.manager.save(checkpoint_number=self.global_step)
-    return path
+    with self._NameDeadWorkers('Saving a checkpoint'):
+      return self.manager.save(checkpoint_number=self.global_step, options=checkpointer.Options())
 
   def Run(self):
+    if not self.cluster.is_remote:
+      return self._Run(_NoWatchdog())
+    watchdog = remote.Watchdog(self.cluster, self.cluster.timeout_s, lambda: self.manager.latest_checkpoint)
+    with watchdog:
+      return self._Run(watchdog)
+
+  def _Run(self, watchdog):
     p, tp = self.p, self.p.task.train
     if not self.Restore() and tp.init_from_checkpoint:
       self.Print(init_from_checkpoint.InitFromCheckpoint(
@@ -85,8 +121,10 @@ class TrainLoop:
       except StopIteration:
         self.Print('The training input ran out at step %d (input.repeat is False).' % step)
         break
-      out = self.step_fn(batch)
-      loss, finite = float(out.loss.numpy()), bool(out.is_finite.numpy())
+      with self._NameDeadWorkers('Step %d' % (step + 1)):
+        out = self.step_fn(batch)
+        loss, finite = float(out.loss.numpy()), bool(out.is_finite.numpy())
+      watchdog.Beat()
       if not finite:
         latest = self.manager.latest_checkpoint
         raise errors.NonFiniteLossError(
@@ -114,6 +152,7 @@ class TrainLoop:
       if step % tp.save_interval_steps == 0:
         self.Print('Saved checkpoint %s' % self.Save())
         last_saved = step
+        watchdog.Beat()
     if step != last_saved:
       self.Print('Saved checkpoint %s' % self.Save())
     writer.flush()

@@ -1,0 +1,274 @@
+r"""Pipelines across processes and hosts on TensorFlow's own distributed runtime.
+
+Each worker process runs a `tf.distribute.Server` (`lingpipe-worker`, lingpipe/worker.py); the trainer connects to
+them with `tf.config.experimental_connect_to_cluster(ClusterSpec)` and places each cell under
+`/job:worker/replica:0/task:t/device:{GPU,CPU}:d` (cluster.py maps replicas and splits onto those devices). There is
+no transport of ours: tensors cross processes through TensorFlow's gRPC runtime.
+
+TensorFlow itself checks little, and a mistake there hangs or silently misplaces work (measured on TF 2.21: a task
+that is not running makes the first remote op wait forever; a worker started with another cluster spec, or with
+two tasks' addresses swapped, is used without complaint). So `Connect` first:
+  1. opens a TCP connection to every task (a bounded wait; refused or timed out -> ClusterError naming the task,
+     its address and the command that starts it);
+  2. reads each worker's identity -- the cluster spec, job and task it was started with, which lingpipe-worker
+     publishes as a string resource on its own CPU device -- through a TensorFlow op on that worker, under a
+     timeout, and refuses a worker whose identity disagrees with the trainer's spec.
+While training, a `Watchdog` notices a step that makes no progress for `cluster.timeout_s` (a worker that hangs or
+whose host is unreachable), finds which tasks do not answer, and stops the trainer with their names; a worker that
+dies fails the step at once (gRPC reports the closed connection) and `Diagnose` names it the same way. Checkpoints
+are written by the trainer process (`io_device`), so a rerun resumes from the last one.
+"""
+
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+import tensorflow as tf
+
+from lingpipe.core import cluster
+from lingpipe.core import errors
+
+IDENTITY_CONTAINER, IDENTITY_NAME = 'lingpipe', 'worker_identity'
+TCP_TIMEOUT_S = 5.0
+
+
+def ParseClusterSpec(text):
+  """{job: [host:port, ...]} from JSON ('{"worker": ["h:1", "h:2"]}') or 'worker=h:1,h:2' (jobs joined by ';')."""
+  text = (text or '').strip()
+  expected = ('expected JSON like \'{"worker": ["127.0.0.1:2222", "127.0.0.1:2223"]}\' or '
+              '\'worker=127.0.0.1:2222,127.0.0.1:2223\'')
+  try:
+    if text.startswith('{'):
+      spec = json.loads(text)
+    else:
+      spec = {}
+      for part in filter(None, (p.strip() for p in text.split(';'))):
+        job, _, addresses = part.partition('=')
+        spec[job.strip()] = [a.strip() for a in addresses.split(',') if a.strip()]
+  except ValueError as e:
+    raise errors.ConfigError('Cannot parse the cluster spec %r: %s; %s.' % (text, e, expected)) from e
+  if (not isinstance(spec, dict) or not spec or
+      not all(isinstance(a, list) and a and all(isinstance(x, str) and ':' in x for x in a) for a in spec.values())):
+    raise errors.ConfigError('Cannot use the cluster spec %r: every job needs a list of host:port addresses; %s.' %
+                             (text, expected))
+  return {job: list(addresses) for job, addresses in spec.items()}
+
+
+def SpecText(spec):
+  """The canonical JSON text of a cluster spec (what workers and the trainer compare)."""
+  return json.dumps(spec, sort_keys=True, separators=(',', ':'))
+
+
+def TaskName(job, task):
+  return '/job:%s/replica:0/task:%d' % (job, task)
+
+
+def CheckTask(spec, job, task):
+  """Raises ConfigError unless `job` is in the spec and has task `task`."""
+  if job not in spec:
+    raise errors.ConfigError('Job %r is not in the cluster spec (jobs: %s).%s' % (
+        job, ', '.join(sorted(spec)), errors.DidYouMean(job, sorted(spec))))
+  if not 0 <= task < len(spec[job]):
+    raise errors.ConfigError('Task %d does not exist: job %r has %d task(s) (0..%d) in the cluster spec.' % (
+        task, job, len(spec[job]), len(spec[job]) - 1))
+
+
+def IdentityText(spec, job, task):
+  return json.dumps({'cluster_spec': SpecText(spec), 'job': job, 'task': task})
+
+
+def PublishIdentity(server, spec, job, task):
+  """In a worker: stores its identity as a string resource on its CPU, where the trainer's Connect reads it."""
+  with tf.Graph().as_default():
+    with tf.device('%s/device:CPU:0' % TaskName(job, task)):
+      handle = tf.raw_ops.VarHandleOp(dtype=tf.string, shape=[], container=IDENTITY_CONTAINER,
+                                      shared_name=IDENTITY_NAME)
+      assign = tf.raw_ops.AssignVariableOp(resource=handle, value=tf.constant(IdentityText(spec, job, task)))
+    # device_filters: the session must not wait for the other tasks, which may not have started yet.
+    config = tf.compat.v1.ConfigProto(device_filters=[TaskName(job, task)])
+    with tf.compat.v1.Session(server.target, config=config) as session:
+      session.run(assign)
+
+
+def _ReadIdentity(job, task):
+  with tf.device('%s/device:CPU:0' % TaskName(job, task)):
+    handle = tf.raw_ops.VarHandleOp(dtype=tf.string, shape=[], container=IDENTITY_CONTAINER,
+                                    shared_name=IDENTITY_NAME)
+    return tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.string).numpy().decode()
+
+
+def _WithTimeout(fn, timeout_s):
+  """(finished, result, exception) of fn() run on a daemon thread for at most timeout_s (a hung remote call cannot
+  be cancelled; the thread is left behind and the caller stops)."""
+  box = {}
+
+  def Run():
+    try:
+      box['result'] = fn()
+    except Exception as e:  # pylint: disable=broad-except
+      box['error'] = e
+
+  thread = threading.Thread(target=Run, daemon=True)
+  thread.start()
+  thread.join(timeout_s)
+  return not thread.is_alive(), box.get('result'), box.get('error')
+
+
+def _TcpProblem(address, timeout_s=TCP_TIMEOUT_S):
+  """None if a TCP connection to host:port opens within timeout_s, else what went wrong."""
+  host, _, port = address.rpartition(':')
+  try:
+    with socket.create_connection((host.strip('[]'), int(port)), timeout=timeout_s):
+      return None
+  except socket.timeout:
+    return 'no TCP connection within %g s' % timeout_s
+  except (OSError, ValueError) as e:
+    return getattr(e, 'strerror', None) or str(e)
+
+
+def ErrorSummary(error):
+  """A one-line summary of a TensorFlow error (its class and the most telling line of its message)."""
+  lines = [l.strip() for l in str(error).splitlines() if l.strip()]
+  telling = [l for l in lines if any(w in l for w in ('UNAVAILABLE', 'Socket closed', 'Connection', 'DEADLINE',
+                                                       'ABORTED', 'CANCELLED'))]
+  line = (telling or [l for l in lines if not l.endswith('error:')] or [''])[0]
+  return ('%s: %s' % (type(error).__name__, line[:200])).rstrip(': ')
+
+
+def WorkerCommand(spec, job, task):
+  return "lingpipe-worker --cluster_spec='%s' --job=%s --task=%d" % (SpecText(spec), job, task)
+
+
+class RemoteCluster(cluster.Cluster):
+  """A Cluster whose devices are on the workers of `job`; knows their addresses for error messages."""
+
+  def __init__(self, devices, spec, job, own_task, io_device, timeout_s):
+    super().__init__(devices, remote_job=job)
+    self.spec, self.job, self.own_task = spec, job, own_task
+    self._io_device, self.timeout_s = io_device, timeout_s
+
+  @property
+  def io_device(self):
+    return self._io_device
+
+  def Tasks(self):
+    """(task, address) of every worker task except the trainer's own."""
+    return [(t, a) for t, a in enumerate(self.spec[self.job]) if t != self.own_task]
+
+  def Diagnose(self, timeout_s=None):
+    """[(task, address, problem)] for the workers that do not answer now (TCP, then a TensorFlow op)."""
+    timeout_s = min(self.timeout_s, 30.0) if timeout_s is None else timeout_s
+    problems = []
+    for task, address in self.Tasks():
+      problem = _TcpProblem(address, min(timeout_s, TCP_TIMEOUT_S))
+      if problem is None:
+        finished, _, error = _WithTimeout(lambda t=task: _ReadIdentity(self.job, t), timeout_s)
+        if not finished:
+          problem = 'no answer to a TensorFlow op within %g s' % timeout_s
+        elif error is not None:
+          problem = ErrorSummary(error)
+      if problem:
+        problems.append((task, address, problem))
+    return problems
+
+  def FailureMessage(self, problems, what, resume_hint):
+    names = '; '.join('worker %s at %s: %s' % (TaskName(self.job, t), a, p) for t, a, p in problems)
+    return '%s: %s. Restart %s (%s), then rerun the same command%s.' % (
+        what, names, 'it' if len(problems) == 1 else 'them',
+        '; '.join(WorkerCommand(self.spec, self.job, t) for t, _, _ in problems), resume_hint)
+
+
+def Connect(spec, params, num_splits, own_task=None):
+  """Connects this process to the workers of `params.job` (the model's cluster params); returns the mesh.
+
+  own_task: this process's task index in that job when it is a worker itself (it then serves that task's
+  devices), or None for a trainer outside the cluster spec.
+  """
+  job = params.job
+  CheckTask(spec, job, 0)
+  if own_task is not None:
+    CheckTask(spec, job, own_task)
+  for task, address in enumerate(spec[job]):
+    if task == own_task:
+      continue
+    problem = _TcpProblem(address)
+    if problem:
+      raise errors.ClusterError('Worker %s at %s is unreachable (%s). Start it with: %s' % (
+          TaskName(job, task), address, problem, WorkerCommand(spec, job, task)))
+  if own_task is None:
+    tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec))
+    io_device = '/job:localhost/replica:0/task:0/device:CPU:0'
+  else:
+    tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec), job_name=job, task_index=own_task)
+    io_device = '%s/device:CPU:0' % TaskName(job, own_task)
+  expected = SpecText(spec)
+  for task, address in enumerate(spec[job]):
+    if task == own_task:
+      continue
+    finished, identity, error = _WithTimeout(lambda t=task: _ReadIdentity(job, t), params.timeout_s)
+    where = 'Worker %s at %s' % (TaskName(job, task), address)
+    if not finished:
+      raise errors.ClusterError('%s accepts connections but did not answer within %g s (cluster.timeout_s). Is it '
+                                'a TensorFlow server of this cluster? Restart it with: %s' % (
+                                    where, params.timeout_s, WorkerCommand(spec, job, task)))
+    if error is not None:
+      if isinstance(error, tf.errors.NotFoundError):
+        raise errors.ClusterError('%s is a TensorFlow server but not a lingpipe-worker (it has no identity to '
+                                  'check). Start it with: %s' % (where, WorkerCommand(spec, job, task))) from error
+      raise errors.ClusterError('%s failed a check: %s' % (where, ErrorSummary(error))) from error
+    theirs = json.loads(identity)
+    if theirs != json.loads(IdentityText(spec, job, task)):
+      raise errors.ClusterError(
+          '%s was started for another cluster: it is /job:%s/task:%d of %s, but this trainer\'s --cluster_spec '
+          'makes it /job:%s/task:%d of %s. Restart the workers with the trainer\'s cluster spec (%s) or fix the '
+          'trainer\'s.' % (where, theirs['job'], theirs['task'], theirs['cluster_spec'], job, task, expected,
+                           WorkerCommand(spec, job, task)))
+  slots = cluster.RemoteSlots(job, params.device_type, params.devices_per_task)
+  mesh = cluster.Cluster.FromParams(params, num_splits, slots, remote_job=job)
+  return RemoteCluster(mesh.devices, spec, job, own_task, io_device, params.timeout_s)
+
+
+class Watchdog:
+  """Stops the process when no `Beat()` comes for timeout_s while armed: names the workers that do not answer.
+
+  A step waiting on a hung worker cannot be cancelled, so the watchdog prints the error and exits the process
+  (status 1); checkpoints are written atomically, so the rerun resumes from the last good one.
+  """
+
+  def __init__(self, mesh, timeout_s, last_checkpoint_fn):
+    self.mesh, self.timeout_s, self.last_checkpoint_fn = mesh, timeout_s, last_checkpoint_fn
+    self._last = time.time()
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._Run, daemon=True)
+
+  def __enter__(self):
+    self._last = time.time()
+    self._thread.start()
+    return self
+
+  def __exit__(self, *unused):
+    self._stop.set()
+
+  def Beat(self):
+    self._last = time.time()
+
+  def _Run(self):
+    while not self._stop.wait(min(1.0, self.timeout_s / 4)):
+      stalled = time.time() - self._last
+      if stalled < self.timeout_s:
+        continue
+      problems = self.mesh.Diagnose()
+      if self._stop.is_set():
+        return
+      if not problems:  # Everyone answers: a slow step, not a dead worker. Keep waiting.
+        self._last = time.time()
+        continue
+      latest = self.last_checkpoint_fn()
+      message = self.mesh.FailureMessage(
+          problems, 'No training progress for %d s (cluster.timeout_s=%g)' % (stalled, self.timeout_s),
+          ' to resume from %s' % latest if latest else ' (no checkpoint was written yet)')
+      print('lingpipe-train: error: %s' % message, file=sys.stderr, flush=True)
+      os._exit(1)  # pylint: disable=protected-access

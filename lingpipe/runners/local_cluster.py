@@ -1,0 +1,114 @@
+"""LocalCluster: lingpipe-worker processes on free loopback ports of this machine, started and torn down together.
+
+Used by tools/launch_local.py (multi-process runs in one command), the multi-process tests and the benchmark:
+
+    with local_cluster.LocalCluster(num_workers=2) as workers:
+      subprocess.run(['lingpipe-train', '--cluster_spec=' + workers.spec_text, ...])
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from lingpipe.core import errors
+from lingpipe.core import remote
+
+
+def FreePorts(count, host='127.0.0.1'):
+  """`count` distinct ports that were free on `host` a moment ago."""
+  sockets, ports = [], []
+  try:
+    for _ in range(count):
+      s = socket.socket()
+      s.bind((host, 0))
+      sockets.append(s)
+      ports.append(s.getsockname()[1])
+  finally:
+    for s in sockets:
+      s.close()
+  return ports
+
+
+def WorkerArgs(spec_text, job, task, cpu_devices=1, threads=0):
+  """The command line of one lingpipe-worker (run with this Python, so no console script is needed)."""
+  return [sys.executable, '-m', 'lingpipe.worker', '--cluster_spec=' + spec_text, '--job=' + job,
+          '--task=%d' % task, '--cpu_devices=%d' % cpu_devices, '--intra_op_threads=%d' % threads,
+          '--inter_op_threads=%d' % threads]
+
+
+class LocalCluster:
+  """`num_workers` workers of job `job` on 127.0.0.1. pin_cores: a list of CPU core sets, one per worker (worker
+  i runs on pin_cores[i], like `taskset`), or None. threads: intra- and inter-op threads per worker (0: TF's)."""
+
+  def __init__(self, num_workers, job='worker', cpu_devices=1, pin_cores=None, threads=0, log_dir=None,
+               ready_timeout_s=60.0):
+    if num_workers < 1:
+      raise errors.ConfigError('num_workers must be >= 1, got %d.' % num_workers)
+    self.num_workers, self.job, self.cpu_devices = num_workers, job, cpu_devices
+    self.pin_cores, self.threads, self.ready_timeout_s = pin_cores, threads, ready_timeout_s
+    self.log_dir = log_dir or tempfile.mkdtemp(prefix='lingpipe-workers-')
+    self.spec = {job: ['127.0.0.1:%d' % port for port in FreePorts(num_workers)]}
+    self.spec_text = remote.SpecText(self.spec)
+    self.processes = [None] * num_workers
+
+  def LogPath(self, task):
+    return os.path.join(self.log_dir, 'worker-%d.log' % task)
+
+  def Log(self, task):
+    with open(self.LogPath(task), errors='replace') as f:
+      return f.read()
+
+  def StartWorker(self, task):
+    """Starts (or restarts) worker `task` and waits for its ready line."""
+    cores = self.pin_cores[task] if self.pin_cores else None
+    preexec = (lambda: os.sched_setaffinity(0, cores)) if cores is not None else None
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get('TF_CPP_MIN_LOG_LEVEL', '2'))
+    with open(self.LogPath(task), 'w') as log:
+      self.processes[task] = subprocess.Popen(
+          WorkerArgs(self.spec_text, self.job, task, self.cpu_devices, self.threads), stdout=log,
+          stderr=subprocess.STDOUT, preexec_fn=preexec, env=env)
+    deadline = time.time() + self.ready_timeout_s
+    while time.time() < deadline:
+      if 'ready at' in self.Log(task):
+        return self.processes[task]
+      if self.processes[task].poll() is not None:
+        break
+      time.sleep(0.1)
+    self.StopWorker(task, signal.SIGKILL)
+    raise errors.ClusterError('Worker %s did not start within %g s; its log (%s) ends with: %s' % (
+        remote.TaskName(self.job, task), self.ready_timeout_s, self.LogPath(task), self.Log(task)[-500:]))
+
+  def StopWorker(self, task, sig=signal.SIGTERM, timeout_s=10.0):
+    """Sends `sig` to worker `task` and waits for it to exit (SIGKILL after timeout_s); returns its exit code."""
+    process = self.processes[task]
+    if process is None or process.poll() is not None:
+      return None if process is None else process.returncode
+    process.send_signal(sig)
+    try:
+      return process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      return process.wait()
+
+  def Start(self):
+    try:
+      for task in range(self.num_workers):
+        self.StartWorker(task)
+    except BaseException:
+      self.Stop()
+      raise
+    return self
+
+  def Stop(self):
+    for task in range(self.num_workers):
+      self.StopWorker(task)
+
+  def __enter__(self):
+    return self.Start()
+
+  def __exit__(self, *unused):
+    self.Stop()

@@ -1,0 +1,100 @@
+r"""lingpipe-worker: one task of a cluster, serving its devices to a lingpipe trainer over TensorFlow's runtime.
+
+    lingpipe-worker --cluster_spec='{"worker": ["10.0.0.1:2222", "10.0.0.2:2222"]}' --job=worker --task=0
+    lingpipe-worker --cluster_spec=worker=127.0.0.1:2222,127.0.0.1:2223 --task=1 --cpu_devices=2
+
+It starts a `tf.distribute.Server` for (job, task) at that task's address, publishes its identity (the cluster spec,
+job and task it was started with) so the trainer can refuse a worker of another cluster (lingpipe/core/remote.py),
+prints one 'ready' line, and serves until SIGTERM or SIGINT, on which it exits with status 0. Mistakes (a task not
+in the spec, a port in use) print one line and exit with status 1.
+"""
+
+import os
+import signal
+import sys
+import threading
+
+from absl import app
+from absl import flags
+
+flags.DEFINE_string('cluster_spec', None, 'The cluster: JSON {"worker": ["host:port", ...]} or '
+                    'worker=host:port,host:port; the same on every worker and the trainer.')
+flags.DEFINE_string('job', 'worker', 'This process\'s job in the cluster spec.')
+flags.DEFINE_integer('task', None, 'This process\'s task index in its job.')
+flags.DEFINE_integer('cpu_devices', 1, 'CPU devices this worker offers (used when it has no GPU): each can hold '
+                     'one pipeline split.')
+flags.DEFINE_integer('intra_op_threads', 0, 'Threads per op (0: TensorFlow\'s default).')
+flags.DEFINE_integer('inter_op_threads', 0, 'Ops run concurrently (0: TensorFlow\'s default).')
+
+FLAGS = flags.FLAGS
+
+
+def Serve(stop_event=None, out=sys.stdout):
+  """Starts the server of FLAGS' task; blocks until stop_event is set (SIGTERM/SIGINT set it)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import remote  # pylint: disable=g-import-not-at-top
+  if FLAGS.cluster_spec is None or FLAGS.task is None:
+    raise errors.ConfigError('--cluster_spec and --task are required (e.g. --cluster_spec=worker=127.0.0.1:2222,'
+                             '127.0.0.1:2223 --task=0).')
+  spec = remote.ParseClusterSpec(FLAGS.cluster_spec)
+  remote.CheckTask(spec, FLAGS.job, FLAGS.task)
+  if FLAGS.cpu_devices < 1:
+    raise errors.ConfigError('--cpu_devices must be >= 1, got %d.' % FLAGS.cpu_devices)
+  address = spec[FLAGS.job][FLAGS.task]
+  # The server's ConfigProto sets the pools of graph sessions; what the trainer runs here (remote eager
+  # functions) uses the process's default pools, which TensorFlow sizes from these variables when it makes them.
+  if FLAGS.intra_op_threads:
+    os.environ['TF_NUM_INTRAOP_THREADS'] = str(FLAGS.intra_op_threads)
+  if FLAGS.inter_op_threads:
+    os.environ['TF_NUM_INTEROP_THREADS'] = str(FLAGS.inter_op_threads)
+  config = tf.compat.v1.ConfigProto(device_count={'CPU': FLAGS.cpu_devices},
+                                    intra_op_parallelism_threads=FLAGS.intra_op_threads,
+                                    inter_op_parallelism_threads=FLAGS.inter_op_threads)
+  try:
+    server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=FLAGS.job, task_index=FLAGS.task,
+                                  config=config, start=True)
+  except (tf.errors.OpError, RuntimeError, ValueError) as e:
+    raise errors.ClusterError('Cannot start the server of %s at %s: %s. Is the port in use by another process?'
+                              % (remote.TaskName(FLAGS.job, FLAGS.task), address,
+                                 str(e).strip().splitlines()[0])) from e
+  remote.PublishIdentity(server, spec, FLAGS.job, FLAGS.task)
+  stop_event = stop_event or threading.Event()
+  print('lingpipe-worker %s ready at %s (cluster %s)' % (remote.TaskName(FLAGS.job, FLAGS.task), address,
+                                                          remote.SpecText(spec)), file=out, flush=True)
+  while not stop_event.wait(0.5):  # Wakes up to let Python run the signal handlers.
+    pass
+  print('lingpipe-worker %s stopping' % remote.TaskName(FLAGS.job, FLAGS.task), file=out, flush=True)
+  return server
+
+
+def main(argv):
+  if len(argv) > 1:
+    print('lingpipe-worker: error: unexpected arguments %s (flags look like --name=value).' % argv[1:],
+          file=sys.stderr)
+    return 2
+  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  stop = threading.Event()
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda *unused: stop.set())
+  try:
+    Serve(stop)
+  except errors.UserError as e:
+    print('lingpipe-worker: error: %s' % e, file=sys.stderr, flush=True)
+    return 1
+  return 0
+
+
+def Main():
+  """Console-script entry point. Exits without tearing down the gRPC server, which TensorFlow cannot stop."""
+  def Run(argv):
+    code = main(argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
+
+  app.run(Run)
+
+
+if __name__ == '__main__':
+  Main()

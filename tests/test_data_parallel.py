@@ -1,0 +1,147 @@
+"""Data parallelism x pipeline on logical CPU devices: R replicas of a K-split pipeline (cluster.py's mesh) give
+the update of one replica on the whole batch; batch norm pools all replicas' moments; the errors."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingpipe.core import base_task
+from lingpipe.core import cluster
+from lingpipe.core import context
+from lingpipe.core import errors
+from lingpipe.core import model_registry
+from lingpipe.core import remote
+from lingpipe.layers import batch_norm
+from lingpipe.layers import linear
+import pipeline_test_util as util
+
+
+def _Mesh(num_replicas, num_splits, mesh_order='replica_major'):
+  p = cluster.Params().Set(num_replicas=num_replicas, mesh_order=mesh_order)
+  return cluster.Cluster.FromParams(p, num_splits)
+
+
+def _TaskAndBatch(model, num_replicas, num_splits, num_micro_batches, override=''):
+  p = model_registry.GetParams(model, 'Train')
+  p.FromText(override)
+  p.task.network.Set(num_splits=num_splits, num_micro_batches=num_micro_batches)
+  p.cluster.num_replicas = num_replicas
+  mesh = cluster.Cluster.FromParams(p.cluster, num_splits)
+  with cluster.Use(mesh):
+    task = p.task.Instantiate()
+  batch = next(iter(p.input.Instantiate().GetDataset()))
+  return task, batch, mesh
+
+
+def _Gradients(task, batch, mesh):
+  with cluster.Use(mesh), context.Training(True), context.StepSeed(tf.constant(3, tf.int64)):
+    loss, metrics, grads = tf.function(task.ComputeGradients, autograph=False)(batch)
+  return loss, metrics, grads
+
+
+@pytest.mark.parametrize('num_replicas,num_splits,num_micro_batches', [(2, 2, 4), (2, 1, 1), (4, 1, 2)])
+def test_replicas_give_the_update_of_one_replica_on_the_whole_batch(num_replicas, num_splits, num_micro_batches):
+  one, batch, one_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 1, num_splits, num_micro_batches)
+  many, _, many_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', num_replicas, num_splits, num_micro_batches)
+  loss, metrics, grads = _Gradients(one, batch, one_mesh)
+  r_loss, r_metrics, r_grads = _Gradients(many, batch, many_mesh)
+  util.AssertClose(loss, r_loss)
+  util.AssertClose(grads, r_grads)
+  for name in metrics:
+    np.testing.assert_allclose(metrics[name][0], r_metrics[name][0], rtol=1e-5)
+    np.testing.assert_allclose(metrics[name][1], r_metrics[name][1])
+
+
+def test_replica_r_runs_on_its_own_row_of_the_mesh():
+  task, batch, mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 2, 2, 2)
+  assert mesh.devices == [['/device:CPU:0', '/device:CPU:1'], ['/device:CPU:2', '/device:CPU:3']]
+  pipe = task.network
+  assert {v.device[-5:] for v in pipe.CellVariables(1)} == {'CPU:1'}  # Variables: replica 0's devices.
+
+  def Step(b):
+    with cluster.Use(mesh), context.Training(True):
+      return task.ComputeGradients(b)[2]
+
+  graph_def = tf.function(Step, autograph=False).get_concrete_function(batch).graph.as_graph_def()
+  backward = {}
+  for function in graph_def.library.function:
+    matmul_devices = {n.device[-5:] for n in function.node_def if n.op == 'MatMul'}
+    if matmul_devices and 'Step' in function.signature.name:  # The re-computing backward of a (cell, replica).
+      assert len(matmul_devices) == 1, matmul_devices
+      backward[function.signature.name] = matmul_devices.pop()
+  assert sorted(backward.values()) == ['CPU:0', 'CPU:1', 'CPU:2', 'CPU:3'], backward
+
+
+def test_batch_norm_moves_once_by_the_moments_of_all_replicas_and_micro_batches():
+  layers = [linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8),
+            batch_norm.BatchNormLayer.Params().Set(dim=8, decay=0.9),
+            linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8)]
+  with cluster.Use(_Mesh(2, 2)):
+    plain, pipe = util.Pair(layers, num_splits=2, num_micro_batches=2, remat='always')
+  assert pipe.num_replicas == 2
+  x = tf.constant(np.random.RandomState(5).normal(size=(16, 8)), tf.float32)
+  moments = context.BatchNormStats()
+  with cluster.Use(_Mesh(2, 2)), context.Training(True), context.CollectBatchNormStats(moments):
+    outputs = []
+    for r, shard in enumerate(tf.split(x, 2)):
+      with context.Replica(r):
+        outputs.append(pipe.FProp(shard))
+  bn = pipe.units[1]
+  assert len(moments.moments[bn.path][1]) == 4  # 2 replicas x 2 micro-batches, none applied yet.
+  np.testing.assert_allclose(bn.moving_mean.numpy(), np.zeros(8))
+  moments.Update()
+  with context.Training(True):  # Each of the 4 parts is normalized with its own moments, as GPipe does.
+    per_part = tf.concat([plain.FProp(part) for part in tf.split(x, 4)], axis=0)
+  np.testing.assert_allclose(tf.concat(outputs, 0), per_part, rtol=1e-5, atol=1e-5)
+  # One update from the moments of the whole batch.
+  whole = plain.sub[0].FProp(x)
+  mean, variance = tf.nn.moments(whole, axes=[0])
+  np.testing.assert_allclose(bn.moving_mean.numpy(), 0.1 * mean.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(bn.moving_variance.numpy(), 0.9 + 0.1 * variance.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_combine_replicas_weights_losses_by_their_tokens():
+  # Two replicas with 3 and 1 tokens: the whole-batch per-token loss is (3*2 + 1*6) / 4 = 3.
+  results = [(tf.constant(2.0), {'loss': (tf.constant(2.0), tf.constant(3.0))}),
+             (tf.constant(6.0), {'loss': (tf.constant(6.0), tf.constant(1.0))})]
+  loss, metrics, scales = base_task.CombineReplicas(results)
+  assert float(loss) == 3.0 and float(metrics['loss'][0]) == 3.0 and float(metrics['loss'][1]) == 4.0
+  assert [float(s) for s in scales] == [0.75, 0.25]
+
+
+def test_mesh_orders_and_errors():
+  assert _Mesh(2, 2, 'split_major').devices == [['/device:CPU:0', '/device:CPU:2'],
+                                                ['/device:CPU:1', '/device:CPU:3']]
+  with pytest.raises(errors.ConfigError, match=r'3 replicas x 2 splits need 6 devices, but this machine has 4'):
+    _Mesh(3, 2)
+  with pytest.raises(errors.ConfigError, match='mesh_order must be one of.*Did you mean: split_major'):
+    _Mesh(1, 2, 'split_majr')
+  task, batch, mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 2, 2, 2, 'input.batch_size=63')
+  with pytest.raises(errors.ConfigError, match='batch size 63 is not divisible by cluster.num_replicas 2'):
+    _Gradients(task, batch, mesh)
+
+
+def test_cluster_spec_parsing():
+  assert remote.ParseClusterSpec('worker=127.0.0.1:1,127.0.0.1:2') == {'worker': ['127.0.0.1:1', '127.0.0.1:2']}
+  assert remote.ParseClusterSpec('{"worker": ["h:1"]}') == {'worker': ['h:1']}
+  for bad in ('{"worker": 3}', 'worker=', '{oops', 'worker=nohostport'):
+    with pytest.raises(errors.ConfigError, match='cluster spec'):
+      remote.ParseClusterSpec(bad)
+  with pytest.raises(errors.ConfigError, match="Job 'wrker' is not in the cluster spec.*Did you mean: worker"):
+    remote.CheckTask({'worker': ['h:1']}, 'wrker', 0)
+  with pytest.raises(errors.ConfigError, match=r"Task 2 does not exist: job 'worker' has 1 task\(s\)"):
+    remote.CheckTask({'worker': ['h:1']}, 'worker', 2)
+
+
+def test_replica_backward_outside_pipelines_runs_on_the_replicas_device():
+  # K=1, M=1, remat=never takes the plain path (no custom gradient); the classifier's softmax is outside any
+  # pipeline. Both replicas' forward and backward matmuls must sit on their own device, none on a default one.
+  task, batch, mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 2, 1, 1, 'task.network.remat="never"')
+
+  def Step(b):
+    with cluster.Use(mesh), context.Training(True):
+      return task.ComputeGradients(b)[2]
+
+  graph = tf.function(Step, autograph=False).get_concrete_function(batch).graph
+  devices = [op.device[-5:] for op in graph.get_operations() if op.type == 'MatMul']
+  assert devices.count('CPU:0') == devices.count('CPU:1') == len(devices) // 2 > 8, devices

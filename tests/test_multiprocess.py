@@ -1,0 +1,155 @@
+"""Pipelines across processes: lingpipe-worker processes on loopback, the trainer connecting to them.
+
+Every trainer here runs in a subprocess (connecting to a cluster changes the process's TensorFlow context). The
+reference runs are local, in this process, on the logical CPU devices of conftest.py.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingpipe.core import cluster
+from lingpipe.core import model_registry
+from lingpipe.runners import local_cluster
+from lingpipe.runners import train_loop
+
+MODEL = 'synthetic.DeepMlpGPipe'
+STEPS_OVERRIDE = 'task.train.save_interval_steps=1;task.train.log_interval_steps=1'
+
+
+@pytest.fixture(scope='module')
+def workers():
+  """Two workers with two CPU devices each: four devices in two processes."""
+  with local_cluster.LocalCluster(2, cpu_devices=2) as w:
+    yield w
+
+
+def _Trainer(spec_text, logdir, *flags, timeout=180):
+  command = [sys.executable, '-m', 'lingpipe.trainer', '--cluster_spec=' + spec_text, '--model=' + MODEL,
+             '--logdir=%s' % logdir] + list(flags)
+  return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+
+
+def _LocalRun(logdir, steps, override=STEPS_OVERRIDE):
+  p = model_registry.GetParams(MODEL, 'Train')
+  p.FromText(override)
+  p.task.train.max_steps = steps
+  with cluster.Use(cluster.Cluster.FromParams(p.cluster, cluster.MaxNumSplits(p))):
+    train_loop.TrainLoop(p, str(logdir), out=open(os.devnull, 'w')).Run()
+
+
+def _Variables(logdir, step):
+  reader = tf.train.load_checkpoint(os.path.join(str(logdir), 'train', 'ckpt-%d' % step))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+          if name.startswith('task/') and 'OPTIMIZER_SLOT' not in name}
+
+
+def _AssertSameVariables(a, b, atol):
+  assert sorted(a) == sorted(b) and len(a) > 8
+  for name in a:
+    np.testing.assert_allclose(a[name], b[name], rtol=0, atol=atol, err_msg=name)
+
+
+def test_training_across_processes_equals_the_local_run(workers, tmp_path):
+  _LocalRun(tmp_path / 'local', 3)
+  local = [_Variables(tmp_path / 'local', s) for s in (1, 3)]
+  # R=1 x K=2 with one device of each worker: split 0 in one process, split 1 in the other.
+  out = _Trainer(workers.spec_text, tmp_path / 'k2', '--max_steps=3',
+                 '--model_params_override=%s;cluster.devices_per_task=1' % STEPS_OVERRIDE)
+  assert out.returncode == 0, out.stderr[-2000:]
+  for s, expected in zip((1, 3), local):  # Step 1 shows the gradients; step 3, training. Measured: identical.
+    _AssertSameVariables(expected, _Variables(tmp_path / 'k2', s), atol=1e-7)
+  # R=2 x K=2 on the global batch: replica 0 on worker 0's two devices, replica 1 on worker 1's.
+  out = _Trainer(workers.spec_text, tmp_path / 'r2k2', '--max_steps=3', '--mode=train',
+                 '--model_params_override=%s;cluster.num_replicas=2' % STEPS_OVERRIDE)
+  assert out.returncode == 0, out.stderr[-2000:]
+  # Replicas sum their gradients in another order than one replica does; Adam's first step is about
+  # lr * g / (|g| + eps), so that rounding shows as up to ~1e-3 of lr (3e-3) in weights with near-zero gradients
+  # (measured 3.1e-6, the same as R=2 on local devices; test_data_parallel.py compares the gradients themselves).
+  for s, expected in zip((1, 3), local):
+    _AssertSameVariables(expected, _Variables(tmp_path / 'r2k2', s), atol=1e-5)
+  inspect = _Trainer(workers.spec_text, tmp_path / 'r2k2', '--mode=inspect',
+                     '--model_params_override=cluster.num_replicas=2')
+  assert inspect.returncode == 0, inspect.stderr[-2000:]
+  assert ('replica 1: split 0 -> /job:worker/replica:0/task:1/device:CPU:0  '
+          'split 1 -> /job:worker/replica:0/task:1/device:CPU:1') in inspect.stdout
+
+
+def test_workers_of_another_cluster_and_missing_workers_are_refused(workers, tmp_path):
+  addresses = workers.spec['worker']
+  swapped = _Trainer(json.dumps({'worker': addresses[::-1]}), tmp_path / 'a', '--max_steps=1')
+  assert swapped.returncode == 1
+  assert ('Worker /job:worker/replica:0/task:0 at %s was started for another cluster: it is /job:worker/task:1 of'
+          % addresses[1]) in swapped.stderr
+  missing = 'worker=%s,%s,127.0.0.1:%d' % (addresses[0], addresses[1], local_cluster.FreePorts(1)[0])
+  start = time.time()
+  unreachable = _Trainer(missing, tmp_path / 'b', '--max_steps=1')
+  assert unreachable.returncode == 1 and time.time() - start < 60
+  assert 'Worker /job:worker/replica:0/task:2 at 127.0.0.1:' in unreachable.stderr
+  assert 'is unreachable (Connection refused). Start it with: lingpipe-worker' in unreachable.stderr
+  assert not os.path.exists(tmp_path / 'b' / 'train')  # Nothing was written.
+
+
+def _WaitFor(path, text, process, timeout_s=120):
+  deadline = time.time() + timeout_s
+  while time.time() < deadline:
+    if text in open(path).read():
+      return
+    assert process.poll() is None, open(path).read()[-2000:]
+    time.sleep(0.2)
+  raise AssertionError('%r did not appear in %s' % (text, path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('fault', ['killed', 'hung'])
+def test_a_worker_that_dies_or_hangs_stops_the_trainer_with_its_name_and_a_rerun_resumes(fault, tmp_path):
+  with local_cluster.LocalCluster(2) as w:
+    log_path = tmp_path / 'trainer.log'
+    with open(log_path, 'w') as log:
+      trainer = subprocess.Popen(
+          [sys.executable, '-m', 'lingpipe.trainer', '--cluster_spec=' + w.spec_text, '--model=' + MODEL,
+           '--logdir=%s' % (tmp_path / 'run'), '--max_steps=1000000',
+           '--model_params_override=task.train.save_interval_steps=20;cluster.timeout_s=4'],
+          stdout=log, stderr=subprocess.STDOUT)
+    try:
+      _WaitFor(log_path, 'ckpt-40', trainer)
+      start = time.time()
+      w.processes[1].send_signal(signal.SIGKILL if fault == 'killed' else signal.SIGSTOP)
+      code = trainer.wait(60)
+      elapsed = time.time() - start
+    finally:
+      trainer.kill()
+    text = open(log_path).read()
+    assert code == 1, text[-2000:]
+    bound = 5 if fault == 'killed' else 4 + 5 + 5  # timeout_s, then the probes (TCP, a TensorFlow op).
+    assert elapsed < bound + 5, (elapsed, text[-1000:])
+    assert 'worker /job:worker/replica:0/task:1 at %s' % w.spec['worker'][1] in text, text[-2000:]
+    assert 'then rerun the same command to resume from' in text
+    if fault == 'killed':
+      w.StartWorker(1)
+    else:
+      w.processes[1].send_signal(signal.SIGCONT)
+    last = int(text.split('to resume from ')[1].split('ckpt-')[1].split('.')[0])
+    out = _Trainer(w.spec_text, tmp_path / 'run', '--max_steps=%d' % (last + 5))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert 'Resumed from %s at step %d.' % (tmp_path / 'run' / 'train' / ('ckpt-%d' % last), last) in out.stdout
+    assert 'ckpt-%d' % (last + 5) in out.stdout
+
+
+def test_worker_exits_cleanly_on_sigterm_and_rejects_bad_flags(tmp_path):
+  w = local_cluster.LocalCluster(1)
+  process = w.StartWorker(0)
+  assert w.StopWorker(0, signal.SIGTERM) == 0
+  assert 'stopping' in w.Log(0)
+  bad = subprocess.run(local_cluster.WorkerArgs(w.spec_text, 'worker', 3), capture_output=True, text=True,
+                       timeout=120)
+  assert bad.returncode == 1
+  assert "lingpipe-worker: error: Task 3 does not exist: job 'worker' has 1 task(s)" in bad.stderr
+  del process

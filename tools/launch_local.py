@@ -1,0 +1,48 @@
+r"""Runs lingpipe-train against N lingpipe-worker processes on this machine, in one command.
+
+    python tools/launch_local.py --workers=2 -- --model=synthetic.DeepMlpGPipe --logdir=/tmp/mp --max_steps=100
+    python tools/launch_local.py --workers=4 --pin -- --model=synthetic.DeepMlpGPipe --logdir=/tmp/mp2 \
+        --model_params_override="cluster.num_replicas=2"
+
+Starts the workers on free loopback ports (each with --cpu_devices devices; --pin puts worker i on core
+i mod #cores), waits until each is ready, runs the trainer with --cluster_spec set to them and the flags after
+`--`, then stops the workers (SIGTERM) whatever happened. Exits with the trainer's status. Worker logs go to
+--log_dir (default: a temporary directory, printed).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--workers', type=int, default=2, help='Number of worker processes.')
+  parser.add_argument('--cpu_devices', type=int, default=1, help='CPU devices per worker (when it has no GPU).')
+  parser.add_argument('--pin', action='store_true', help='Pin worker i to core i mod the number of cores.')
+  parser.add_argument('--threads', type=int, default=0, help='Intra- and inter-op threads per worker (0: default).')
+  parser.add_argument('--log_dir', default=None, help='Where worker logs go.')
+  parser.add_argument('trainer_flags', nargs='*', help='Flags for lingpipe-train (after --).')
+  args = parser.parse_args(argv)
+  cores = sorted(os.sched_getaffinity(0))
+  pins = [{cores[i % len(cores)]} for i in range(args.workers)] if args.pin else None
+  try:
+    workers = local_cluster.LocalCluster(args.workers, cpu_devices=args.cpu_devices, pin_cores=pins,
+                                         threads=args.threads, log_dir=args.log_dir)
+    print('Workers: %s (logs in %s)' % (workers.spec_text, workers.log_dir), flush=True)
+    with workers:
+      command = [sys.executable, '-m', 'lingpipe.trainer', '--cluster_spec=' + workers.spec_text]
+      return subprocess.call(command + args.trainer_flags)
+  except errors.UserError as e:
+    print('launch_local: error: %s' % e, file=sys.stderr)
+    return 1
+
+
+if __name__ == '__main__':
+  sys.exit(main())

@@ -1,0 +1,180 @@
+r"""K=2 pipeline over two worker processes, each pinned to its own core with one thread, against one pinned
+process running the whole model: measured speed-up beside the ideal K*M/(M+K-1) for M in {1, 2, 4, 8, 16}.
+
+    python tools/multiprocess_benchmark.py --out=/tmp/multiprocess.json
+    python tools/pipeline_benchmark.py --sections=multiprocess      # the same, as a section of the benchmark
+
+Roles, each its own process: `plain` (the whole model, pinned to core 0, intra_op = inter_op = 1); two
+lingpipe-workers (core 0 and core 1, one thread each); `client`, a trainer-like process that connects to them with
+lingpipe's remote.Connect and times a training step (forward, backward, gradients left on the workers) of a
+PipeliningLayer with K=2 for each M, and of K=1 on one worker (what the process boundary costs without
+pipelining). Everything is timed in one run, side by side, so the ratios are comparable on a noisy machine.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+
+
+def _Args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--out', default='multiprocess_benchmark.json', help='Where to write the JSON results.')
+  parser.add_argument('--steps', type=int, default=7, help='Timed steps per configuration (median is kept).')
+  parser.add_argument('--micro_batches', default=','.join(map(str, MICRO_BATCHES)), help='Values of M.')
+  parser.add_argument('--batch', type=int, default=64, help='Sequences per batch (of 32 tokens).')
+  parser.add_argument('--worker_threads', type=int, default=1, help='Intra- and inter-op threads per worker.')
+  parser.add_argument('--role', default='main', choices=['main', 'plain', 'client'], help=argparse.SUPPRESS)
+  parser.add_argument('--cluster_spec', default=None, help=argparse.SUPPRESS)
+  return parser.parse_args(argv)
+
+
+def _Model(batch=64):
+  """The Transformer stack of Table 1: T(8, 512, 4), model depth 128, `batch` x 32 tokens; and its layers."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.core.nested_map import NestedMap  # pylint: disable=g-import-not-at-top
+  from lingpipe.layers import transformer  # pylint: disable=g-import-not-at-top
+  layer = transformer.TransformerLayer.Params().Set(model_dim=128, hidden_dim=512, num_heads=4)
+  rng = np.random.RandomState(0)
+  inputs = NestedMap(x=tf.constant(rng.normal(size=(batch, 32, 128)), tf.float32), paddings=tf.zeros([batch, 32]))
+  return [layer.Copy() for _ in range(8)], inputs
+
+
+def _TimeSteps(layer, inputs, steps, mesh=None):
+  """Median seconds of a training step (forward + backward; each variable's squared gradient is summed on its own
+  device, so no gradient travels to this process). Like the trainer, the step runs under the mesh's placement, so
+  what lies outside the pipeline's own placement (the loss, a K=1 layer's backward) runs on a worker."""
+  import contextlib  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import context  # pylint: disable=g-import-not-at-top
+
+  @tf.function(autograph=False)
+  def Step(inputs):
+    with mesh.Placement() if mesh else contextlib.nullcontext(), tf.GradientTape() as tape:
+      with context.Training(True):
+        loss = tf.reduce_mean(tf.square(layer.FProp(inputs).x))
+    grads = tape.gradient(loss, layer.trainable_variables)
+    norms = []
+    for g, v in zip(grads, layer.trainable_variables):
+      with tf.device(v.device):
+        norms.append(tf.reduce_sum(tf.square(g)))
+    return loss, tf.add_n(norms)
+
+  start = time.perf_counter()
+  Step(inputs)[1].numpy()
+  first = time.perf_counter() - start
+  Step(inputs)[1].numpy()
+  times = []
+  for _ in range(steps):
+    start = time.perf_counter()
+    Step(inputs)[1].numpy()
+    times.append(time.perf_counter() - start)
+  return dict(step_s=statistics.median(times), first_step_s=first)
+
+
+def _Plain(args):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.config.threading.set_intra_op_parallelism_threads(1)
+  tf.config.threading.set_inter_op_parallelism_threads(1)
+  from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
+  layers, inputs = _Model(args.batch)
+  layer = sequential.SequentialLayer.Params().Set(name='net', sub=layers).Instantiate()
+  return {'plain': _TimeSteps(layer, inputs, args.steps)}
+
+
+def _Client(args):
+  from lingpipe.core import cluster  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import remote  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+  mesh = remote.Connect(remote.ParseClusterSpec(args.cluster_spec), cluster.Params(), 2)
+  layers, inputs = _Model(args.batch)
+  results = {}
+  configs = [(1, 1)] + [(2, m) for m in map(int, args.micro_batches.split(','))]
+  for k, m in configs:
+    with cluster.Use(mesh):
+      layer = pipelining_layer.PipeliningLayer.Params().Set(
+          name='net', layers=[l.Copy() for l in layers], num_splits=k, num_micro_batches=m,
+          remat='never').Instantiate()
+    results['K=%d,M=%d' % (k, m)] = _TimeSteps(layer, inputs, args.steps, mesh)
+    print('  K=%d M=%-3d %.3f s/step' % (k, m, results['K=%d,M=%d' % (k, m)]['step_s']), file=sys.stderr,
+          flush=True)
+  return results
+
+
+def _StartChild(role, extra, pin=None):
+  command = [sys.executable, os.path.abspath(__file__), '--role=' + role] + extra
+  preexec = (lambda: os.sched_setaffinity(0, pin)) if pin is not None else None
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  return subprocess.Popen(command, stdout=subprocess.PIPE, preexec_fn=preexec, env=env, text=True)
+
+
+def _Result(child):
+  out, _ = child.communicate()
+  if child.returncode:
+    raise SystemExit('A benchmark process failed with status %d.' % child.returncode)
+  return json.loads(out.strip().splitlines()[-1])
+
+
+def _RunChild(role, extra, pin=None):
+  return _Result(_StartChild(role, extra, pin))
+
+
+def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64):
+  """Runs the comparison; prints the table and returns the results."""
+  from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
+  cores = sorted(os.sched_getaffinity(0))
+  if len(cores) < 2:
+    raise SystemExit('The multi-process benchmark needs 2 cores; this process may use %d.' % len(cores))
+  flags = ['--steps=%d' % steps, '--micro_batches=' + ','.join(map(str, micro_batches)), '--batch=%d' % batch]
+  print('\n## Transformer T(8, 512, 4) d=128, batch %d x 32: K=2 over 2 worker processes (pinned to cores %d and '
+        '%d, %d thread(s) each) vs one pinned process' % (batch, cores[0], cores[1], worker_threads), flush=True)
+  plain = _RunChild('plain', flags, pin={cores[0]})['plain']
+  # The machine's own ceiling: two independent plain processes, one per core, against one alone (shared caches,
+  # memory bandwidth and clock boost make it less than 2 on small VMs).
+  pair = [_StartChild('plain', flags, pin={core}) for core in cores[:2]]
+  pair = [_Result(child)['plain']['step_s'] for child in pair]
+  ceiling = 2 * plain['step_s'] / max(pair)
+  pins = [{cores[0]}, {cores[1]}]
+  with local_cluster.LocalCluster(2, pin_cores=pins, threads=worker_threads) as workers:
+    remote_rows = _RunChild('client', flags + ['--cluster_spec=' + workers.spec_text])
+  results = {'batch': batch, 'plain': plain, 'remote': remote_rows, 'two_core_ceiling': ceiling, 'speedup': {}}
+  print('two plain processes on two cores run %.2fx the throughput of one (the most a 2-way split can give here)'
+        % ceiling)
+  print('one pinned process, whole model: %.3f s/step; K=1 on one worker: %.3f s/step (%.2fx its throughput)' % (
+      plain['step_s'], remote_rows['K=1,M=1']['step_s'], plain['step_s'] / remote_rows['K=1,M=1']['step_s']))
+  print('%-6s %10s %10s %10s %16s %10s' % ('M', 'speed-up', 'ideal', 'ratio', 'machine ideal', 'ratio'))
+  for m in micro_batches:
+    measured = plain['step_s'] / remote_rows['K=2,M=%d' % m]['step_s']
+    ideal = schedule.IdealSpeedup(m, 2)
+    machine = ideal * ceiling / 2
+    results['speedup'][m] = dict(measured=measured, ideal=ideal, ratio=measured / ideal, machine_ideal=machine,
+                                 machine_ratio=measured / machine)
+    print('%-6d %10.2f %10.2f %10.2f %16.2f %10.2f' % (m, measured, ideal, measured / ideal, machine,
+                                                       measured / machine), flush=True)
+  return results
+
+
+def main():
+  args = _Args()
+  if args.role == 'plain':
+    print(json.dumps(_Plain(args)))
+  elif args.role == 'client':
+    print(json.dumps(_Client(args)))
+  else:
+    results = Run(args.steps, [int(m) for m in args.micro_batches.split(',')], args.worker_threads, args.batch)
+    with open(args.out, 'w') as f:
+      json.dump(results, f, indent=2, sort_keys=True)
+    print('Wrote %s' % args.out)
+
+
+if __name__ == '__main__':
+  main()
