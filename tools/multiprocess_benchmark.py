@@ -4,11 +4,14 @@ process running the whole model: measured speed-up beside the ideal K*M/(M+K-1) 
     python tools/multiprocess_benchmark.py --out=/tmp/multiprocess.json
     python tools/pipeline_benchmark.py --sections=multiprocess      # the same, as a section of the benchmark
 
-Roles, each its own process: `plain` (the whole model, pinned to core 0, intra_op = inter_op = 1); two
+The model is Table 1's Transformer T(8, 512, 4), model depth 128, at batch 64 and 256 sequences of 32 tokens
+(--batch), remat never (--remat). Roles, each its own process: `plain` (the whole model, pinned to core 0,
+intra_op = inter_op = 1), also run twice at once on the two cores (the machine's own two-core ceiling); two
 lingpipe-workers (core 0 and core 1, one thread each); `client`, a trainer-like process that connects to them with
 lingpipe's remote.Connect and times a training step (forward, backward, gradients left on the workers) of a
-PipeliningLayer with K=2 for each M, and of K=1 on one worker (what the process boundary costs without
-pipelining). Everything is timed in one run, side by side, so the ratios are comparable on a noisy machine.
+PipeliningLayer with K=2 and with K=1 (on one worker) for each M. The last columns compare K=2 with K=1 at the
+same M, i.e. with the cost of small micro-batches on a CPU taken out. Everything is timed in one run, side by
+side, so the ratios are comparable on a noisy machine.
 """
 
 import argparse
@@ -29,7 +32,8 @@ def _Args(argv=None):
   parser.add_argument('--out', default='multiprocess_benchmark.json', help='Where to write the JSON results.')
   parser.add_argument('--steps', type=int, default=7, help='Timed steps per configuration (median is kept).')
   parser.add_argument('--micro_batches', default=','.join(map(str, MICRO_BATCHES)), help='Values of M.')
-  parser.add_argument('--batch', type=int, default=64, help='Sequences per batch (of 32 tokens).')
+  parser.add_argument('--batch', default='64,256', help='Sequences per batch (of 32 tokens); a list runs each.')
+  parser.add_argument('--remat', default='never', help='The pipeline\'s re-materialization policy.')
   parser.add_argument('--worker_threads', type=int, default=1, help='Intra- and inter-op threads per worker.')
   parser.add_argument('--role', default='main', choices=['main', 'plain', 'client'], help=argparse.SUPPRESS)
   parser.add_argument('--cluster_spec', default=None, help=argparse.SUPPRESS)
@@ -58,15 +62,16 @@ def _TimeSteps(layer, inputs, steps, mesh=None):
 
   @tf.function(autograph=False)
   def Step(inputs):
-    with mesh.Placement() if mesh else contextlib.nullcontext(), tf.GradientTape() as tape:
-      with context.Training(True):
-        loss = tf.reduce_mean(tf.square(layer.FProp(inputs).x))
-    grads = tape.gradient(loss, layer.trainable_variables)
-    norms = []
-    for g, v in zip(grads, layer.trainable_variables):
-      with tf.device(v.device):
-        norms.append(tf.reduce_sum(tf.square(g)))
-    return loss, tf.add_n(norms)
+    with mesh.Placement() if mesh else contextlib.nullcontext():  # The backward too, as in BaseTask.TrainStep.
+      with tf.GradientTape() as tape:
+        with context.Training(True):
+          loss = tf.reduce_mean(tf.square(layer.FProp(inputs).x))
+      grads = tape.gradient(loss, layer.trainable_variables)
+      norms = []
+      for g, v in zip(grads, layer.trainable_variables):
+        with tf.device(v.device):
+          norms.append(tf.reduce_sum(tf.square(g)))
+      return loss, tf.add_n(norms)
 
   start = time.perf_counter()
   Step(inputs)[1].numpy()
@@ -85,7 +90,7 @@ def _Plain(args):
   tf.config.threading.set_intra_op_parallelism_threads(1)
   tf.config.threading.set_inter_op_parallelism_threads(1)
   from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
-  layers, inputs = _Model(args.batch)
+  layers, inputs = _Model(int(args.batch))
   layer = sequential.SequentialLayer.Params().Set(name='net', sub=layers).Instantiate()
   return {'plain': _TimeSteps(layer, inputs, args.steps)}
 
@@ -95,14 +100,15 @@ def _Client(args):
   from lingpipe.core import remote  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
   mesh = remote.Connect(remote.ParseClusterSpec(args.cluster_spec), cluster.Params(), 2)
-  layers, inputs = _Model(args.batch)
+  layers, inputs = _Model(int(args.batch))
   results = {}
-  configs = [(1, 1)] + [(2, m) for m in map(int, args.micro_batches.split(','))]
+  micro = list(map(int, args.micro_batches.split(',')))
+  configs = [(1, 1)] + [(k, m) for m in micro for k in (1, 2) if (k, m) != (1, 1)]
   for k, m in configs:
     with cluster.Use(mesh):
       layer = pipelining_layer.PipeliningLayer.Params().Set(
           name='net', layers=[l.Copy() for l in layers], num_splits=k, num_micro_batches=m,
-          remat='never').Instantiate()
+          remat=args.remat).Instantiate()
     results['K=%d,M=%d' % (k, m)] = _TimeSteps(layer, inputs, args.steps, mesh)
     print('  K=%d M=%-3d %.3f s/step' % (k, m, results['K=%d,M=%d' % (k, m)]['step_s']), file=sys.stderr,
           flush=True)
@@ -127,14 +133,15 @@ def _RunChild(role, extra, pin=None):
   return _Result(_StartChild(role, extra, pin))
 
 
-def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64):
+def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat='never'):
   """Runs the comparison; prints the table and returns the results."""
   from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
   cores = sorted(os.sched_getaffinity(0))
   if len(cores) < 2:
     raise SystemExit('The multi-process benchmark needs 2 cores; this process may use %d.' % len(cores))
-  flags = ['--steps=%d' % steps, '--micro_batches=' + ','.join(map(str, micro_batches)), '--batch=%d' % batch]
+  flags = ['--steps=%d' % steps, '--micro_batches=' + ','.join(map(str, micro_batches)), '--batch=%d' % batch,
+           '--remat=' + remat]
   print('\n## Transformer T(8, 512, 4) d=128, batch %d x 32: K=2 over 2 worker processes (pinned to cores %d and '
         '%d, %d thread(s) each) vs one pinned process' % (batch, cores[0], cores[1], worker_threads), flush=True)
   plain = _RunChild('plain', flags, pin={cores[0]})['plain']
@@ -146,20 +153,25 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64):
   pins = [{cores[0]}, {cores[1]}]
   with local_cluster.LocalCluster(2, pin_cores=pins, threads=worker_threads) as workers:
     remote_rows = _RunChild('client', flags + ['--cluster_spec=' + workers.spec_text])
-  results = {'batch': batch, 'plain': plain, 'remote': remote_rows, 'two_core_ceiling': ceiling, 'speedup': {}}
+  results = {'batch': batch, 'remat': remat, 'plain': plain, 'remote': remote_rows, 'two_core_ceiling': ceiling, 'speedup': {}}
   print('two plain processes on two cores run %.2fx the throughput of one (the most a 2-way split can give here)'
         % ceiling)
   print('one pinned process, whole model: %.3f s/step; K=1 on one worker: %.3f s/step (%.2fx its throughput)' % (
       plain['step_s'], remote_rows['K=1,M=1']['step_s'], plain['step_s'] / remote_rows['K=1,M=1']['step_s']))
-  print('%-6s %10s %10s %10s %16s %10s' % ('M', 'speed-up', 'ideal', 'ratio', 'machine ideal', 'ratio'))
+  # 'over K=1': K=2 against K=1 with the same M on one worker, i.e. with the cost of small micro-batches taken out
+  # (on a CPU a Transformer on micro-batches of 8 rows is much slower per row than on the whole batch).
+  print('%-6s %10s %10s %10s %16s %10s %12s %10s' % ('M', 'speed-up', 'ideal', 'ratio', 'machine ideal', 'ratio',
+                                                      'over K=1', 'ratio'))
   for m in micro_batches:
     measured = plain['step_s'] / remote_rows['K=2,M=%d' % m]['step_s']
     ideal = schedule.IdealSpeedup(m, 2)
     machine = ideal * ceiling / 2
+    same_m = remote_rows['K=1,M=%d' % m]['step_s'] / remote_rows['K=2,M=%d' % m]['step_s']
     results['speedup'][m] = dict(measured=measured, ideal=ideal, ratio=measured / ideal, machine_ideal=machine,
-                                 machine_ratio=measured / machine)
-    print('%-6d %10.2f %10.2f %10.2f %16.2f %10.2f' % (m, measured, ideal, measured / ideal, machine,
-                                                       measured / machine), flush=True)
+                                 machine_ratio=measured / machine, over_k1_same_m=same_m,
+                                 over_k1_same_m_ratio=same_m / ideal)
+    print('%-6d %10.2f %10.2f %10.2f %16.2f %10.2f %12.2f %10.2f' % (
+        m, measured, ideal, measured / ideal, machine, measured / machine, same_m, same_m / ideal), flush=True)
   return results
 
 
@@ -170,7 +182,9 @@ def main():
   elif args.role == 'client':
     print(json.dumps(_Client(args)))
   else:
-    results = Run(args.steps, [int(m) for m in args.micro_batches.split(',')], args.worker_threads, args.batch)
+    results = {'batch_%s' % batch: Run(args.steps, [int(m) for m in args.micro_batches.split(',')],
+                                       args.worker_threads, int(batch), args.remat)
+               for batch in args.batch.split(',')}
     with open(args.out, 'w') as f:
       json.dump(results, f, indent=2, sort_keys=True)
     print('Wrote %s' % args.out)

@@ -303,7 +303,7 @@ def main():
     results['amoebanet'] = AmoebaNetThroughput()
   if 'multiprocess' in sections:
     import multiprocess_benchmark  # pylint: disable=g-import-not-at-top
-    results['multiprocess'] = multiprocess_benchmark.Run(steps=ARGS.steps)
+    results['multiprocess'] = {'batch_%d' % b: multiprocess_benchmark.Run(steps=ARGS.steps, batch=b) for b in (64, 256)}
   with open(ARGS.out, 'w') as f:
     json.dump(results, f, indent=2, sort_keys=True)
   print('\nWrote %s' % ARGS.out)

@@ -278,11 +278,11 @@ class PipeliningLayer(base_layer.BaseLayer):
     num_micro = self._NumMicroBatches(inputs)
     # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
-    record, previous = {}, {}
+    record, previous, handoffs = {}, {}, {}
     moments = context.BatchNormStats()
     layers_by_path = {layer.path: layer for layer in self.Walk()}
     for m, k in schedule_lib.ForwardOrder(num_micro, self._num_cells, p.schedule):
-      cell_in = micro[m] if k == 0 else record[(m, k - 1)][1]
+      cell_in = micro[m] if k == 0 else handoffs.pop((m, k - 1))
       index = _Opaque(tf.constant(m, tf.int64))
       # A device runs one task at a time, in schedule order: micro-batch m waits for m-1 on the same cell.
       with tf.device(devices[k]), tf.control_dependencies(previous.get(k, [])):
@@ -297,6 +297,9 @@ class PipeliningLayer(base_layer.BaseLayer):
           cell_out, stats = self._CellFn(k, r, training)(cell_in, index)
       record[(m, k)] = (cell_in, cell_out, tape)
       previous[k] = tf.nest.flatten(cell_out)
+      if k + 1 < self._num_cells:
+        handoffs[(m, k)] = _HandOff(cell_out, devices[k + 1])
+        previous[k] += tf.nest.flatten(handoffs[(m, k)])
       for path, parts in stats.items():
         for mean, variance in parts:
           moments.Add(layers_by_path[path], mean, variance)
@@ -344,12 +347,12 @@ class PipeliningLayer(base_layer.BaseLayer):
         dy = tf.nest.pack_sequence_as(outputs, [
             _Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
         dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
-        grads_in, accumulated = {}, {}
+        grads_in, accumulated, handed_off = {}, {}, {}
         for m, k in schedule_lib.BackwardOrder(num_micro, self._num_cells, p.schedule):
           cell_in, cell_out, tape = record[(m, k)]
           upstream = dy_micro[m] if k == self._num_cells - 1 else grads_in[(m, k + 1)]
           cell_vars = self.CellVariables(k)
-          with tf.device(self._mesh[r][k]):
+          with tf.device(self._mesh[r][k]), tf.control_dependencies(handed_off.pop(k, [])):
             if k not in accumulated:  # Gradients are summed on the cell's own device.
               accumulated[k] = [_Opaque(tf.zeros_like(v)) for v in cell_vars]
             if tape is None:
@@ -359,6 +362,9 @@ class PipeliningLayer(base_layer.BaseLayer):
               in_grads, var_grads = remat.Backward(None, cell_vars, cell_in, upstream, tape=tape, outputs=cell_out)
               accumulated[k] = [a + g for a, g in zip(accumulated[k], var_grads)]
           grads_in[(m, k)] = tf.nest.pack_sequence_as(cell_in, in_grads)
+          if k > 0:
+            grads_in[(m, k)] = _HandOff(grads_in[(m, k)], self._mesh[r][k - 1])
+            handed_off[k] = [g for g in tf.nest.flatten(grads_in[(m, k)]) if g is not None]
         by_ref = {v.ref(): g for k in accumulated for v, g in zip(self.CellVariables(k), accumulated[k])}
         input_grads = _MergeGrads([grads_in[(m, 0)] for m in range(num_micro)], p.batch_dim, pad_rows)
         return input_grads, [by_ref.get(v.ref()) for v in (variables or [])]
@@ -367,6 +373,14 @@ class PipeliningLayer(base_layer.BaseLayer):
 
     flat_outputs = Pipeline(*flat_inputs)
     return tf.nest.pack_sequence_as(structure['outputs'], flat_outputs)
+
+
+def _HandOff(structure, device):
+  """`structure` copied onto `device`. The next task on the sending device waits for these copies: otherwise
+  the executor may send a finished micro-batch only once the sender's later tasks are done, and the receiving
+  cell idles (measured across processes: cell 1 started micro-batch 0 after cell 0 had finished all four)."""
+  with tf.device(device):
+    return tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), structure)
 
 
 def _Opaque(constant):
