@@ -191,13 +191,14 @@ def Connect(spec, params, num_splits, own_task=None):
   CheckTask(spec, job, 0)
   if own_task is not None:
     CheckTask(spec, job, own_task)
-  for task, address in enumerate(spec[job]):
-    if task == own_task:
-      continue
-    problem = _TcpProblem(address)
-    if problem:
-      raise errors.ClusterError('Worker %s at %s is unreachable (%s). Start it with: %s' % (
-          TaskName(job, task), address, problem, WorkerCommand(spec, job, task)))
+  for other_job, addresses in sorted(spec.items()):  # TensorFlow waits forever for any task that is not up.
+    for task, address in enumerate(addresses):
+      if other_job == job and task == own_task:
+        continue
+      problem = _TcpProblem(address)
+      if problem:
+        raise errors.ClusterError('Worker %s at %s is unreachable (%s). Start it with: %s' % (
+            TaskName(other_job, task), address, problem, WorkerCommand(spec, other_job, task)))
   if own_task is None:
     tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec))
     io_device = '/job:localhost/replica:0/task:0/device:CPU:0'
