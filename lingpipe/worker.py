@@ -42,12 +42,6 @@ def Serve(stop_event=None, out=sys.stdout):
   if FLAGS.cpu_devices < 1:
     raise errors.ConfigError('--cpu_devices must be >= 1, got %d.' % FLAGS.cpu_devices)
   address = spec[FLAGS.job][FLAGS.task]
-  # The server's ConfigProto sets the pools of graph sessions; what the trainer runs here (remote eager
-  # functions) uses the process's default pools, which TensorFlow sizes from these variables when it makes them.
-  if FLAGS.intra_op_threads:
-    os.environ['TF_NUM_INTRAOP_THREADS'] = str(FLAGS.intra_op_threads)
-  if FLAGS.inter_op_threads:
-    os.environ['TF_NUM_INTEROP_THREADS'] = str(FLAGS.inter_op_threads)
   config = tf.compat.v1.ConfigProto(device_count={'CPU': FLAGS.cpu_devices},
                                     intra_op_parallelism_threads=FLAGS.intra_op_threads,
                                     inter_op_parallelism_threads=FLAGS.inter_op_threads)
