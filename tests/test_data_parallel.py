@@ -12,6 +12,7 @@ from lingpipe.core import errors
 from lingpipe.core import model_registry
 from lingpipe.core import remote
 from lingpipe.layers import batch_norm
+from lingpipe.layers import dropout
 from lingpipe.layers import linear
 import pipeline_test_util as util
 
@@ -145,3 +146,31 @@ def test_replica_backward_outside_pipelines_runs_on_the_replicas_device():
   graph = tf.function(Step, autograph=False).get_concrete_function(batch).graph
   devices = [op.device[-5:] for op in graph.get_operations() if op.type == 'MatMul']
   assert devices.count('CPU:0') == devices.count('CPU:1') == len(devices) // 2 > 8, devices
+
+
+def test_replicas_draw_their_own_dropout_masks_and_the_recompute_redraws_them():
+  layers = util.Tanh(2) + [dropout.DropoutLayer.Params().Set(keep_prob=0.5, deterministic=True)] + util.Tanh(2)
+  x = tf.constant(np.random.RandomState(2).normal(size=(8, 8)), tf.float32)
+
+  def PerReplica(remat):
+    with cluster.Use(_Mesh(2, 2)):
+      _, pipe = util.Pair(layers, num_splits=2, num_micro_batches=2, remat=remat)
+
+    @tf.function(autograph=False)
+    def Run(x):
+      outputs, grads = [], []
+      for r in range(2):  # The same rows in both replicas.
+        with tf.GradientTape() as tape:
+          with context.Replica(r), context.Training(True), context.StepSeed(tf.constant(7, tf.int64)):
+            out = pipe.FProp(x)
+          loss = tf.reduce_sum(out * tf.range(8, dtype=tf.float32)[None, :])
+        outputs.append(out)
+        grads.append(tape.gradient(loss, pipe.trainable_variables))  # Outside the Replica block, as in training.
+      return outputs, grads
+
+    return Run(x)
+
+  (out0, out1), grads = PerReplica('always')
+  assert np.abs(out0.numpy() - out1.numpy()).max() > 1e-3  # Replica 1 drew other masks than replica 0.
+  _, stored_grads = PerReplica('never')
+  util.AssertClose(grads, stored_grads)  # Re-computing replica 1's cells redraws its own masks.

@@ -59,17 +59,19 @@ def MicroBatch(index):
 
 
 def CurrentStepSeed():
-  """An int64 scalar seed from the step seed and the micro-batch index (0 and 0 outside such blocks).
+  """An int64 scalar seed from the step seed, the micro-batch index and the replica (0, 0, 0 outside such blocks).
 
-  Micro-batch 0 gets the step seed's own stream, so a pipeline with one micro-batch draws exactly what the plain
-  model draws; other micro-batches draw their own masks.
+  Micro-batch 0 of replica 0 gets the step seed's own stream, so a pipeline with one micro-batch draws exactly
+  what the plain model draws; other micro-batches and other data-parallel replicas draw their own masks.
   """
   seed = _Current('step_seed')
   seed = tf.constant(0, tf.int64) if seed is None else tf.cast(seed, tf.int64)
-  micro_batch = _Current('micro_batch')
-  if micro_batch is None:
+  micro_batch, replica = _Current('micro_batch'), _Current('replica')
+  if micro_batch is None and not replica:
     return seed
-  return seed + tf.cast(micro_batch, tf.int64) * (2**32)  # Distinct from every step seed below 2^32.
+  index = tf.constant(0, tf.int64) if micro_batch is None else tf.cast(micro_batch, tf.int64)
+  index += replica * 2**16  # Up to 65536 micro-batches per replica.
+  return seed + index * (2**32)  # Distinct from every step seed below 2^32.
 
 
 def Replica(index):

@@ -319,8 +319,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     p = self.params
     flat_inputs = tf.nest.flatten(inputs)
     structure = {}
-    # The backward runs when the caller asks for gradients, usually outside its StepSeed block: re-enter it so the
-    # re-computation draws the forward's dropout masks.
+    # The backward runs when the caller asks for gradients, usually outside its StepSeed and Replica blocks:
+    # re-enter them so the re-computation draws the forward's dropout masks.
     step_seed = context.StepSeedValue()
 
     @tf.custom_gradient
@@ -340,7 +340,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       flat_outputs = tf.nest.flatten(outputs)
 
       def Grad(*dys, variables=None):
-        with context.StepSeed(step_seed):
+        with context.StepSeed(step_seed), context.Replica(r):
           return Backward(dys, variables)
 
       def Backward(dys, variables):
