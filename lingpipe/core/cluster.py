@@ -36,7 +36,6 @@ from lingpipe.core import errors
 from lingpipe.core import hyperparams
 
 MESH_ORDERS = ('replica_major', 'split_major')
-DEVICE_TYPES = ('auto', 'GPU', 'CPU')
 
 _LOCK = threading.Lock()
 _CONFIGURED = {}

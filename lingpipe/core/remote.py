@@ -80,12 +80,17 @@ def IdentityText(spec, job, task):
   return json.dumps({'cluster_spec': SpecText(spec), 'job': job, 'task': task})
 
 
+def _IdentityHandle(job, task):
+  """The handle of the identity resource on the task's CPU (the same shared name for writer and readers)."""
+  with tf.device('%s/device:CPU:0' % TaskName(job, task)):
+    return tf.raw_ops.VarHandleOp(dtype=tf.string, shape=[], container=IDENTITY_CONTAINER, shared_name=IDENTITY_NAME)
+
+
 def PublishIdentity(server, spec, job, task):
   """In a worker: stores its identity as a string resource on its CPU, where the trainer's Connect reads it."""
   with tf.Graph().as_default():
-    with tf.device('%s/device:CPU:0' % TaskName(job, task)):
-      handle = tf.raw_ops.VarHandleOp(dtype=tf.string, shape=[], container=IDENTITY_CONTAINER,
-                                      shared_name=IDENTITY_NAME)
+    handle = _IdentityHandle(job, task)
+    with tf.device(handle.device):
       assign = tf.raw_ops.AssignVariableOp(resource=handle, value=tf.constant(IdentityText(spec, job, task)))
     # device_filters: the session must not wait for the other tasks, which may not have started yet.
     config = tf.compat.v1.ConfigProto(device_filters=[TaskName(job, task)])
@@ -94,9 +99,8 @@ def PublishIdentity(server, spec, job, task):
 
 
 def _ReadIdentity(job, task):
-  with tf.device('%s/device:CPU:0' % TaskName(job, task)):
-    handle = tf.raw_ops.VarHandleOp(dtype=tf.string, shape=[], container=IDENTITY_CONTAINER,
-                                    shared_name=IDENTITY_NAME)
+  handle = _IdentityHandle(job, task)
+  with tf.device(handle.device):
     return tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.string).numpy().decode()
 
 

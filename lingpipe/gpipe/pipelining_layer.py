@@ -279,7 +279,9 @@ class PipeliningLayer(base_layer.BaseLayer):
     # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
     record, previous, handoffs = {}, {}, {}
-    moments = context.BatchNormStats()
+    # With data parallelism the task collects the moments of every replica and moves the averages once.
+    outer = context.CurrentBatchNormStats()
+    moments = outer or context.BatchNormStats()
     layers_by_path = {layer.path: layer for layer in self.Walk()}
     for m, k in schedule_lib.ForwardOrder(num_micro, self._num_cells, p.schedule):
       cell_in = micro[m] if k == 0 else handoffs.pop((m, k - 1))
@@ -303,14 +305,8 @@ class PipeliningLayer(base_layer.BaseLayer):
       for path, parts in stats.items():
         for mean, variance in parts:
           moments.Add(layers_by_path[path], mean, variance)
-    if training:
-      outer = context.CurrentBatchNormStats()
-      if outer is None:  # Moving averages move once per step, by the moments of all micro-batches.
-        moments.Update()
-      else:  # Data parallelism: the task pools these with the other replicas' moments.
-        for layer, parts in moments.moments.values():
-          for mean, variance in parts:
-            outer.Add(layer, mean, variance)
+    if training and outer is None:  # Moving averages move once per step, by the moments of all micro-batches.
+      moments.Update()
     outputs = microbatch.Merge([record[(m, self._num_cells - 1)][1] for m in range(num_micro)], p.batch_dim,
                                pad_rows)
     return outputs, record, pad_rows, num_micro
