@@ -117,6 +117,8 @@ def test_mesh_orders_and_errors():
     _Mesh(3, 2)
   with pytest.raises(errors.ConfigError, match='mesh_order must be one of.*Did you mean: split_major'):
     _Mesh(1, 2, 'split_majr')
+  with pytest.raises(errors.ConfigError, match="device_type must be one of auto, GPU, CPU, got 'gpu'"):
+    cluster.RemoteSlots('worker', 'gpu')
   task, batch, mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 2, 2, 2, 'input.batch_size=63')
   with pytest.raises(errors.ConfigError, match='batch size 63 is not divisible by cluster.num_replicas 2'):
     _Gradients(task, batch, mesh)

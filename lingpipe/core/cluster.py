@@ -36,6 +36,7 @@ from lingpipe.core import errors
 from lingpipe.core import hyperparams
 
 MESH_ORDERS = ('replica_major', 'split_major')
+DEVICE_TYPES = ('auto', 'GPU', 'CPU')
 
 _LOCK = threading.Lock()
 _CONFIGURED = {}
@@ -104,6 +105,9 @@ def _TaskAndIndex(name):
 
 def RemoteSlots(job, device_type='auto', devices_per_task=0):
   """The devices of `job` (after connecting to a cluster) in slot order: by task, then by device index."""
+  if device_type not in DEVICE_TYPES:
+    raise errors.ConfigError('cluster.device_type must be one of %s, got %r.%s' % (
+        ', '.join(DEVICE_TYPES), device_type, errors.DidYouMean(str(device_type), DEVICE_TYPES)))
   names = [d.name for d in tf.config.list_logical_devices() if '/job:%s/' % job in d.name]
   kind = device_type
   if kind == 'auto':
