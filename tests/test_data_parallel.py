@@ -88,7 +88,8 @@ def test_batch_norm_moves_once_by_the_moments_of_all_replicas_and_micro_batches(
       with context.Replica(r):
         outputs.append(pipe.FProp(shard))
   bn = pipe.units[1]
-  assert len(moments.moments[bn.path][1]) == 4  # 2 replicas x 2 micro-batches, none applied yet.
+  # One part per replica, pooled over its 2 micro-batches (parts of equal size); none applied yet.
+  assert len(moments.moments[bn.path][1]) == 2
   np.testing.assert_allclose(bn.moving_mean.numpy(), np.zeros(8))
   moments.Update()
   with context.Training(True):  # Each of the 4 parts is normalized with its own moments, as GPipe does.

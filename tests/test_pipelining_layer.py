@@ -171,3 +171,27 @@ def test_cell_tpl_gives_one_cell_per_params():
 
 def sequential_params(layers):
   return sequential.SequentialLayer.Params().Set(sub=layers)
+
+
+def _CellCalls(graph_def):
+  """Calls of the cells' forward and backward functions in a step graph, loop bodies included."""
+  bodies = [graph_def.node] + [f.node_def for f in graph_def.library.function]
+  return sum(1 for nodes in bodies for n in nodes if n.op in ('PartitionedCall', 'StatefulPartitionedCall')
+             and ('Cell' in n.attr['f'].func.name or 'Step' in n.attr['f'].func.name))
+
+
+def test_steady_ticks_run_as_a_loop_so_the_graph_does_not_grow_with_m():
+  counts = {}
+  for m in (8, 32):
+    _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m)
+
+    @tf.function(autograph=False)
+    def Step(x, pipe=pipe):
+      with tf.GradientTape() as tape:
+        with context.Training(True):
+          loss = tf.reduce_sum(pipe.FProp(x))
+      return tape.gradient(loss, pipe.trainable_variables)
+
+    counts[m] = _CellCalls(Step.get_concrete_function(_Input(batch=32)).graph.as_graph_def())
+  # Per pass: K(K+1)/2 fill tasks + K in the loop body + K(K-1)/2 drain tasks = K(K+1) = 6 for K=2; two passes.
+  assert counts == {8: 12, 32: 12}

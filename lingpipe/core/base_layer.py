@@ -251,6 +251,29 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
           else shape))
 
 
+@contextlib.contextmanager
+def VariablesAs(layers, values):
+  """Inside the block, the variables of `layers` (and their descendants) found in `values` ({variable.ref():
+  tensor}) read as those tensors: Lingvo's theta, for code that traces a layer's forward as a function of its
+  parameters. The pipeline uses it to hand each cell its parameters as one packed tensor (a function call with a
+  handful of inputs instead of one per variable). Only for tracing: `trainable_variables` of a layer inside the
+  block leaves the replaced variables out."""
+  swapped = []
+  try:
+    for top in layers:
+      for layer in top.Walk():
+        for name in layer._var_names:  # pylint: disable=protected-access
+          var = getattr(layer, name)
+          if not isinstance(var, AbstractVariable) and var.ref() in values:
+            # object.__setattr__: a temporary value, not a new tracked attribute (tf.Module's tracking is untouched).
+            object.__setattr__(layer, name, values[var.ref()])
+            swapped.append((layer, name, var))
+    yield
+  finally:
+    for layer, name, var in reversed(swapped):
+      object.__setattr__(layer, name, var)
+
+
 def _HoldsLayerOrVariable(value):
   if isinstance(value, (BaseLayer, tf.Variable)):
     return True

@@ -86,3 +86,20 @@ def PadMask(batch_size, num_micro_batches, dtype=tf.float32):
   """[padded batch] mask: 1 for real rows, 0 for the rows Split(pad=True) appended."""
   pad_rows = NumPadRows(batch_size, num_micro_batches)
   return tf.concat([tf.ones([batch_size], dtype), tf.zeros([pad_rows], dtype)], axis=0)
+
+
+def MergeStacked(stacked, batch_dim=0, pad_rows=0):
+  """Merge for micro-batches stacked along a new leading axis ([M, <micro-batch>] leaves)."""
+
+  def One(leaf):
+    if batch_dim == 0:  # The micro-batches are contiguous rows: a reshape, no copy.
+      merged = tf.reshape(leaf, tf.concat([[-1], tf.shape(leaf)[2:]], 0))
+      if leaf.shape[1] is not None:
+        merged = tf.ensure_shape(merged, [leaf.shape[0] * leaf.shape[1]] + leaf.shape[2:].as_list())
+    else:
+      merged = tf.concat(tf.unstack(leaf), axis=batch_dim)
+    if pad_rows:
+      merged = tf.gather(merged, tf.range(tf.shape(merged)[batch_dim] - pad_rows), axis=batch_dim)
+    return merged
+
+  return tf.nest.map_structure(One, stacked)

@@ -1,11 +1,13 @@
 """PipeliningLayer: GPipe. A sequence of layers cut into K cells on K devices, fed M micro-batches.
 
 Training (inside `context.Training(True)`): the mini-batch is split into M micro-batches that flow through the
-cells in the schedule's order (schedule.py); each (micro-batch, cell) task runs under its cell's device, as one
-traced function per cell called M times (so graph size and trace time stay flat in M). The backward pass is a
-custom gradient that walks the schedule in reverse, runs each cell's backward on its own device (re-computing the
-forward per the `remat` policy, remat.py), accumulates weight gradients over micro-batches on that device, and
-returns them once: one synchronous update, with the same gradients as the plain sequential model.
+cells in the schedule's order (schedule.py); each (micro-batch, cell) task is a call of the cell's traced function
+on the cell's device, and the ticks where every cell is busy run as one loop (executor.py), so graph size and time
+to first step stay nearly flat in M. A cell's trainable variables reach its function as one packed tensor
+(packing.py). The backward pass is a custom gradient that walks the schedule in reverse, runs each cell's backward
+on its own device (re-computing the forward per the `remat` policy, remat.py), accumulates weight gradients over
+micro-batches on that device, and returns them once: one synchronous update, with the same gradients as the plain
+sequential model.
 
 Batch norm inside cells normalizes each micro-batch with its own moments (as GPipe does); the moving averages are
 updated once per step from the moments of all micro-batches, i.e. with the whole mini-batch's mean and variance.
@@ -28,7 +30,10 @@ from lingpipe.core import base_layer
 from lingpipe.core import cluster
 from lingpipe.core import context
 from lingpipe.core import errors
+from lingpipe.core.nested_map import NestedMap
+from lingpipe.gpipe import executor
 from lingpipe.gpipe import microbatch
+from lingpipe.gpipe import packing as packing_lib
 from lingpipe.gpipe import partition
 from lingpipe.gpipe import remat
 from lingpipe.gpipe import schedule as schedule_lib
@@ -107,6 +112,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.CreateChildren('cell' if p.cell_tpl else 'sub', units,
                         devices=[self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])])
     object.__setattr__(self, '_cell_fns', {})
+    object.__setattr__(self, '_packings', None if base_layer.IsAbstract() else [
+        packing_lib.Packing(self.CellVariables(k)) for k in range(self._num_cells)])
     DisableFunctionSpecialization()
 
   # -- structure -----------------------------------------------------------------------------------------------
@@ -148,7 +155,6 @@ class PipeliningLayer(base_layer.BaseLayer):
     if shapes is None:
       return None
     if isinstance(shapes, dict):
-      from lingpipe.core.nested_map import NestedMap  # pylint: disable=g-import-not-at-top
       return NestedMap({k: tf.TensorShape(v) for k, v in shapes.items()})
     return tf.TensorShape(shapes)
 
@@ -168,7 +174,6 @@ class PipeliningLayer(base_layer.BaseLayer):
     the cell's layer outputs for one micro-batch (what re-computing one cell holds); boundary_bytes is the cell's
     output for the whole mini-batch (what the pipeline keeps between cells).
     """
-    from lingpipe.core.nested_map import NestedMap  # pylint: disable=g-import-not-at-top
     shapes = self._InputShapes()
     num_micro = self.params.num_micro_batches
     summaries = []
@@ -212,20 +217,22 @@ class PipeliningLayer(base_layer.BaseLayer):
         raise
     return x
 
-  def _Body(self, k, r, training, inputs, micro_batch_index, collector):
+  def _Body(self, k, r, training, inputs, micro_batch_index, params, collector):
+    """Cell k of replica r on `inputs`, reading its trainable variables as the packed `params`."""
     with tf.device(self._mesh[r][k]), context.Training(training), context.MicroBatch(micro_batch_index), \
-        context.CollectBatchNormStats(collector):
+        context.CollectBatchNormStats(collector), \
+        base_layer.VariablesAs(self.CellLayers(k), self._packings[k].Values(params)):
       return self._RunCell(k, inputs)
 
   def _CellFn(self, k, r, training):
-    """A tf.function running cell k of replica r on its device: (inputs, micro-batch index) -> (outputs, bn
-    moments {layer path: [(mean, variance)]})."""
+    """A tf.function running cell k of replica r on its device: (inputs, micro-batch index, packed params) ->
+    (outputs, bn moments {layer path: [(mean, variance)]})."""
     key = ('forward', k, r, training)
     if key not in self._cell_fns:
 
-      def Cell(inputs, micro_batch_index):
+      def Cell(inputs, micro_batch_index, params):
         collector = context.BatchNormStats()
-        outputs = self._Body(k, r, training, inputs, micro_batch_index, collector)
+        outputs = self._Body(k, r, training, inputs, micro_batch_index, params, collector)
         return outputs, {path: parts for path, (_, parts) in collector.moments.items()}
 
       # Not inlined: the graph keeps one call per (micro-batch, cell) instead of M copies of every cell, which keeps
@@ -239,8 +246,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     key = ('backward', k, r)
     if key not in self._cell_fns:
       # Re-computation must not move batch-norm averages again: its moments are discarded.
-      fn = lambda a, index: self._Body(k, r, True, a, index, context.BatchNormStats(discard=True))
-      self._cell_fns[key] = remat.AccumulatingBackward(fn, self.CellVariables(k), self._mesh[r][k])
+      fn = lambda a, index, params: self._Body(k, r, True, a, index, params, context.BatchNormStats(discard=True))
+      self._cell_fns[key] = remat.AccumulatingBackward(fn, self._mesh[r][k])
     return self._cell_fns[key]
 
   def _NumMicroBatches(self, inputs):
@@ -268,9 +275,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     return self._Forward(inputs, training=False)[0]
 
   def _Forward(self, inputs, training, taped=()):
-    """Runs the forward schedule. Returns (merged outputs, per-task record, pad rows, M).
+    """Runs the forward pass (executor.py). Returns (merged outputs, NestedMap of what the backward needs).
 
-    The record maps (m, k) -> (cell inputs, cell outputs, tape or None); tasks in `taped` are recorded on a tape.
+    Tasks in `taped` are recorded on a tape (the re-computation policies that store activations); without them
+    the steady ticks run as one loop.
     """
     p = self.params
     r = self._Replica()
@@ -278,38 +286,25 @@ class PipeliningLayer(base_layer.BaseLayer):
     num_micro = self._NumMicroBatches(inputs)
     # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
-    record, previous, handoffs = {}, {}, {}
+    params = []
+    for k in range(self._num_cells):  # Read once per step, on the replica's device.
+      with tf.device(devices[k]):
+        params.append(self._packings[k].Pack())
+    record = {}
+    state = executor.Forward([self._CellFn(k, r, training) for k in range(self._num_cells)], params, devices, micro,
+                             training, stash=training, loop=not taped, taped=taped, record=record)
     # With data parallelism the task collects the moments of every replica and moves the averages once.
     outer = context.CurrentBatchNormStats()
     moments = outer or context.BatchNormStats()
     layers_by_path = {layer.path: layer for layer in self.Walk()}
-    for m, k in schedule_lib.ForwardOrder(num_micro, self._num_cells, p.schedule):
-      cell_in = micro[m] if k == 0 else handoffs.pop((m, k - 1))
-      index = _Opaque(tf.constant(m, tf.int64))
-      # A device runs one task at a time, in schedule order: micro-batch m waits for m-1 on the same cell.
-      with tf.device(devices[k]), tf.control_dependencies(previous.get(k, [])):
-        if (m, k) in taped:
-          tape = tf.GradientTape(watch_accessed_variables=False)
-          with tape:
-            tape.watch([t for t in tf.nest.flatten(cell_in) if t.dtype.is_floating])
-            tape.watch(self.CellVariables(k))
-            cell_out, stats = self._CellFn(k, r, training)(cell_in, index)
-        else:
-          tape = None
-          cell_out, stats = self._CellFn(k, r, training)(cell_in, index)
-      record[(m, k)] = (cell_in, cell_out, tape)
-      previous[k] = tf.nest.flatten(cell_out)
-      if k + 1 < self._num_cells:
-        handoffs[(m, k)] = _HandOff(cell_out, devices[k + 1])
-        previous[k] += tf.nest.flatten(handoffs[(m, k)])
-      for path, parts in stats.items():
-        for mean, variance in parts:
-          moments.Add(layers_by_path[path], mean, variance)
+    for path, parts in executor.BatchNormMoments(state['bn'], num_micro).items():
+      for mean, variance in parts:
+        moments.Add(layers_by_path[path], mean, variance)
     if training and outer is None:  # Moving averages move once per step, by the moments of all micro-batches.
       moments.Update()
-    outputs = microbatch.Merge([record[(m, self._num_cells - 1)][1] for m in range(num_micro)], p.batch_dim,
-                               pad_rows)
-    return outputs, record, pad_rows, num_micro
+    with tf.device(devices[-1]):
+      outputs = microbatch.MergeStacked(executor.Outputs(state), p.batch_dim, pad_rows)
+    return outputs, NestedMap(state=state, record=record, params=params, pad_rows=pad_rows, micro=micro)
 
   def _TrainFProp(self, inputs):
     p = self.params
@@ -330,7 +325,7 @@ class PipeliningLayer(base_layer.BaseLayer):
         taped = {(m, k) for m, k in order if m == num_micro - 1}
       else:
         taped = set()
-      outputs, record, pad_rows, num_micro = self._Forward(x, True, taped)
+      outputs, forward = self._Forward(x, True, taped)
       r = self._Replica()
       structure['outputs'] = outputs
       flat_outputs = tf.nest.flatten(outputs)
@@ -340,29 +335,21 @@ class PipeliningLayer(base_layer.BaseLayer):
           return Backward(dys, variables)
 
       def Backward(dys, variables):
+        devices = self._mesh[r]
         dy = tf.nest.pack_sequence_as(outputs, [
-            _Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
-        dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
-        grads_in, accumulated, handed_off = {}, {}, {}
-        for m, k in schedule_lib.BackwardOrder(num_micro, self._num_cells, p.schedule):
-          cell_in, cell_out, tape = record[(m, k)]
-          upstream = dy_micro[m] if k == self._num_cells - 1 else grads_in[(m, k + 1)]
-          cell_vars = self.CellVariables(k)
-          with tf.device(self._mesh[r][k]), tf.control_dependencies(handed_off.pop(k, [])):
-            if k not in accumulated:  # Gradients are summed on the cell's own device.
-              accumulated[k] = [_Opaque(tf.zeros_like(v)) for v in cell_vars]
-            if tape is None:
-              in_grads, accumulated[k] = self._BackwardFn(k, r)(cell_in, upstream, _Opaque(tf.constant(m, tf.int64)),
-                                                             accumulated[k])
-            else:
-              in_grads, var_grads = remat.Backward(None, cell_vars, cell_in, upstream, tape=tape, outputs=cell_out)
-              accumulated[k] = [a + g for a, g in zip(accumulated[k], var_grads)]
-          grads_in[(m, k)] = tf.nest.pack_sequence_as(cell_in, in_grads)
-          if k > 0:
-            grads_in[(m, k)] = _HandOff(grads_in[(m, k)], self._mesh[r][k - 1])
-            handed_off[k] = [g for g in tf.nest.flatten(grads_in[(m, k)]) if g is not None]
-        by_ref = {v.ref(): g for k in accumulated for v, g in zip(self.CellVariables(k), accumulated[k])}
-        input_grads = _MergeGrads([grads_in[(m, 0)] for m in range(num_micro)], p.batch_dim, pad_rows)
+            executor.Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
+        dy_micro, _ = microbatch.Split(dy, len(forward.micro), p.batch_dim, p.pad)
+        first, accumulated = executor.Backward(
+            [self._BackwardFn(k, r) for k in range(self._num_cells)], forward.params,
+            [packing.Zeros for packing in self._packings], devices, forward.micro, dy_micro, forward.state,
+            loop=not taped, taped_backward=_TapedBackward, record=forward.record)
+        with tf.device(devices[0]):
+          input_grads = [None if a is None else microbatch.MergeStacked(a.stack(), p.batch_dim, forward.pad_rows)
+                         for a in first]
+        by_ref = {}
+        for k, packed in accumulated.items():
+          with tf.device(devices[k]):
+            by_ref.update({v.ref(): g for v, g in zip(self._packings[k].variables, self._packings[k].Unpack(packed))})
         return input_grads, [by_ref.get(v.ref()) for v in (variables or [])]
 
       return flat_outputs, Grad
@@ -371,31 +358,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     return tf.nest.pack_sequence_as(structure['outputs'], flat_outputs)
 
 
-def _HandOff(structure, device):
-  """`structure` copied onto `device`. The next task on the sending device waits for these copies: otherwise
-  the executor may send a finished micro-batch only once the sender's later tasks are done, and the receiving
-  cell idles (measured across processes: cell 1 started micro-batch 0 after cell 0 had finished all four)."""
-  with tf.device(device):
-    return tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), structure)
-
-
-def _Opaque(constant):
-  """`constant`, hidden from graph optimization. Grappler specializes a function call for each distinct constant
-  argument, which instantiated and optimized every (micro-batch, cell) call separately: time to first step grew
-  linearly with M (measured: 5.7 s at M=4, 21 s at M=16 for a 12-layer Transformer at K=4)."""
-  return tf.raw_ops.PlaceholderWithDefault(input=constant, shape=constant.shape)
-
-
-def _MergeGrads(micro_grads, batch_dim, pad_rows):
-  """Flat input gradients: float leaves merged across micro-batches, None for the others."""
-  flats = [tf.nest.flatten(g) for g in micro_grads]
-  merged = []
-  for parts in zip(*flats):
-    if parts[0] is None:
-      merged.append(None)
-    else:
-      merged.append(tf.nest.flatten(microbatch.Merge([[part] for part in parts], batch_dim, pad_rows))[0])
-  return merged
+def _TapedBackward(params, inputs, upstream, tape, outputs):
+  return remat.Backward(None, params, inputs, upstream, tape=tape, outputs=outputs)
 
 
 def _Bytes(shapes, dtype_size):

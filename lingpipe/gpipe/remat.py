@@ -27,18 +27,19 @@ def _GradsOrZeros(grads, tensors):
   return [tf.zeros_like(t) if g is None else g for g, t in zip(grads, tensors)]
 
 
-def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None, after=()):
+def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None):
   """(input grads, variable grads) of outputs = fn(inputs) for the upstream `output_grads`.
+
+  `variables` are tf.Variables fn reads, or tensors it closes over (a pipeline cell's packed parameters).
 
   With `tape` (recorded around the forward, together with its `outputs`), the stored activations are used;
   without it, `fn(inputs)` is recomputed after `output_grads` exist. Either way the input gradients are made to
-  wait for the variable gradients. `after` are more tensors the recomputation waits for (the pipeline passes the
-  previous backward task on the same device, so a device re-computes one micro-batch at a time). Input gradients follow tf.nest.flatten(inputs) (None for non-float leaves);
+  wait for the variable gradients. Input gradients follow tf.nest.flatten(inputs) (None for non-float leaves);
   variable gradients follow `variables` (zeros for variables the segment does not use).
   """
   flat_inputs = tf.nest.flatten(inputs)
   float_inputs = [t for t in flat_inputs if t.dtype.is_floating]
-  upstream = [g for g in tf.nest.flatten(output_grads) if g is not None] + list(after)
+  upstream = [g for g in tf.nest.flatten(output_grads) if g is not None]
   if tape is None:
     with tf.control_dependencies(upstream):
       gated = [tf.identity(t) for t in flat_inputs]  # (1) recompute only once the gradient has arrived.
@@ -61,20 +62,21 @@ def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None, after
   return input_grads, var_grads
 
 
-def AccumulatingBackward(fn, variables, device):
+def AccumulatingBackward(fn, device):
   """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
 
-  Step(inputs, output_grads, micro_batch_index, accumulated) -> (input grads, accumulated + variable grads), where
-  fn(inputs, micro_batch_index) is the cell's forward. Because the call is not inlined it starts only when all its
-  arguments exist, so threading `accumulated` through the calls of one cell runs them one at a time, in schedule
-  order: at most one micro-batch's recomputed activations per device are alive, and the partial weight gradients
-  are summed as they come (graph rewriting cannot turn the sum into one AddN that keeps all of them alive).
+  Step(inputs, output_grads, micro_batch_index, params, accumulated) -> (input grads, accumulated + param grads),
+  where fn(inputs, micro_batch_index, params) is the cell's forward and `params` its packed parameters (a list of
+  tensors, packing.py). Because the call is not inlined it starts only when all its arguments exist, so threading
+  `accumulated` through the calls of one cell runs them one at a time, in schedule order: at most one
+  micro-batch's recomputed activations per device are alive, and the partial gradients are summed as they come
+  (graph rewriting cannot turn the sum into one AddN that keeps all of them alive).
   """
 
-  def Step(inputs, output_grads, micro_batch_index, accumulated):
+  def Step(inputs, output_grads, micro_batch_index, params, accumulated):
     with tf.device(device):
-      input_grads, var_grads = Backward(lambda a: fn(a, micro_batch_index), variables, inputs, output_grads)
-      return input_grads, [a + g for a, g in zip(accumulated, var_grads)]
+      input_grads, param_grads = Backward(lambda a: fn(a, micro_batch_index, params), params, inputs, output_grads)
+      return input_grads, [a + g for a, g in zip(accumulated, param_grads)]
 
   return tf.function(Step, autograph=False, experimental_attributes={'_noinline': True})
 

@@ -10,6 +10,8 @@ clock tick m + k. For M=4, K=3 the forward pass is
 
 and the backward pass is the same diagram read from right to left, cell K-1 first. Each cell is idle for K-1 of
 the M+K-1 ticks of each pass: the bubble, (K-1)/(M+K-1) of the time, which is small when M >= 4K.
+
+From tick K-1 to tick M-1 every cell is busy (the steady ticks); the executor (executor.py) runs those as one loop.
 """
 
 from lingpipe.core import errors
@@ -28,6 +30,15 @@ def ClockCycles(num_micro_batches, num_cells):
   _Check(num_micro_batches, num_cells)
   return [[(t - k, k) for k in range(num_cells) if 0 <= t - k < num_micro_batches]
           for t in range(num_micro_batches + num_cells - 1)]
+
+
+def MicroBatchAt(tick, cell, num_micro_batches, num_cells, backward=False):
+  """The micro-batch cell `cell` works on at `tick` (an int, or a scalar tensor inside a loop); with ints, None
+  when the cell is idle. Backward tick s runs forward tick M+K-2-s."""
+  m = (num_micro_batches + num_cells - 2 - tick - cell) if backward else tick - cell
+  if isinstance(m, int) and not 0 <= m < num_micro_batches:
+    return None
+  return m
 
 
 def ForwardOrder(num_micro_batches, num_cells, schedule='gpipe'):
