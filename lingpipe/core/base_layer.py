@@ -255,9 +255,8 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
 def VariablesAs(layers, values):
   """Inside the block, the variables of `layers` (and their descendants) found in `values` ({variable.ref():
   tensor}) read as those tensors: Lingvo's theta, for code that traces a layer's forward as a function of its
-  parameters. The pipeline uses it to hand each cell its parameters as one packed tensor (a function call with a
-  handful of inputs instead of one per variable). Only for tracing: `trainable_variables` of a layer inside the
-  block leaves the replaced variables out."""
+  parameters. The pipeline uses it to pass each cell's parameter values, read once per step, to its traced
+  functions. Only for tracing: `trainable_variables` of a layer inside the block leaves the replaced variables out."""
   swapped = []
   try:
     for top in layers:

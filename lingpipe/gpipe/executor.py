@@ -165,8 +165,8 @@ def Backward(backward_fns, params, zeros, devices, micro, dy_micro, forward_stat
   """The backward pass, cell K-1 first. backward_fns[k](inputs, upstream, index, params[k], accumulated) ->
   (input grads, accumulated + param grads); zeros[k]() starts cell k's accumulation.
 
-  Returns (per-leaf TensorArrays of the first cell's input gradients (None for non-float leaves), {k: packed
-  parameter gradients summed over the micro-batches}). Tasks recorded in `record` use their tape
+  Returns (per-leaf TensorArrays of the first cell's input gradients (None for non-float leaves), {k: parameter
+  gradients summed over the micro-batches}). Tasks recorded in `record` use their tape
   (`taped_backward(params, inputs, upstream, tape, outputs)` -> (input grads, param grads)).
   """
   num_cells, num_micro = len(backward_fns), len(micro)

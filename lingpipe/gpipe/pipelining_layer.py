@@ -3,11 +3,11 @@
 Training (inside `context.Training(True)`): the mini-batch is split into M micro-batches that flow through the
 cells in the schedule's order (schedule.py); each (micro-batch, cell) task is a call of the cell's traced function
 on the cell's device, and the ticks where every cell is busy run as one loop (executor.py), so graph size and time
-to first step stay nearly flat in M. A cell's trainable variables reach its function as one packed tensor
-(packing.py). The backward pass is a custom gradient that walks the schedule in reverse, runs each cell's backward
-on its own device (re-computing the forward per the `remat` policy, remat.py), accumulates weight gradients over
-micro-batches on that device, and returns them once: one synchronous update, with the same gradients as the plain
-sequential model.
+to first step stay nearly flat in M. A cell's trainable variables reach its functions as inputs, read once per
+step (cell_params.py). The backward pass is a custom gradient that walks the schedule in reverse, runs each cell's
+backward on its own device (re-computing the forward per the `remat` policy, remat.py), accumulates weight
+gradients over micro-batches on that device, and returns them once: one synchronous update, with the same
+gradients as the plain sequential model.
 
 Batch norm inside cells normalizes each micro-batch with its own moments (as GPipe does); the moving averages are
 updated once per step from the moments of all micro-batches, i.e. with the whole mini-batch's mean and variance.
@@ -33,7 +33,7 @@ from lingpipe.core import errors
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.gpipe import executor
 from lingpipe.gpipe import microbatch
-from lingpipe.gpipe import packing as packing_lib
+from lingpipe.gpipe import cell_params
 from lingpipe.gpipe import partition
 from lingpipe.gpipe import remat
 from lingpipe.gpipe import schedule as schedule_lib
@@ -112,8 +112,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     self.CreateChildren('cell' if p.cell_tpl else 'sub', units,
                         devices=[self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])])
     object.__setattr__(self, '_cell_fns', {})
-    object.__setattr__(self, '_packings', None if base_layer.IsAbstract() else [
-        packing_lib.Packing(self.CellVariables(k)) for k in range(self._num_cells)])
+    object.__setattr__(self, '_cell_params', None if base_layer.IsAbstract() else [
+        cell_params.CellParams(self.CellVariables(k)) for k in range(self._num_cells)])
     DisableFunctionSpecialization()
 
   # -- structure -----------------------------------------------------------------------------------------------
@@ -218,14 +218,14 @@ class PipeliningLayer(base_layer.BaseLayer):
     return x
 
   def _Body(self, k, r, training, inputs, micro_batch_index, params, collector):
-    """Cell k of replica r on `inputs`, reading its trainable variables as the packed `params`."""
+    """Cell k of replica r on `inputs`, reading its trainable variables as the tensors `params`."""
     with tf.device(self._mesh[r][k]), context.Training(training), context.MicroBatch(micro_batch_index), \
         context.CollectBatchNormStats(collector), \
-        base_layer.VariablesAs(self.CellLayers(k), self._packings[k].Values(params)):
+        base_layer.VariablesAs(self.CellLayers(k), self._cell_params[k].Values(params)):
       return self._RunCell(k, inputs)
 
   def _CellFn(self, k, r, training):
-    """A tf.function running cell k of replica r on its device: (inputs, micro-batch index, packed params) ->
+    """A tf.function running cell k of replica r on its device: (inputs, micro-batch index, parameter values) ->
     (outputs, bn moments {layer path: [(mean, variance)]})."""
     key = ('forward', k, r, training)
     if key not in self._cell_fns:
@@ -289,7 +289,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     params = []
     for k in range(self._num_cells):  # Read once per step, on the replica's device.
       with tf.device(devices[k]):
-        params.append(self._packings[k].Pack())
+        params.append(self._cell_params[k].Read())
     record = {}
     state = executor.Forward([self._CellFn(k, r, training) for k in range(self._num_cells)], params, devices, micro,
                              training, stash=training, loop=not taped, taped=taped, record=record)
@@ -341,15 +341,12 @@ class PipeliningLayer(base_layer.BaseLayer):
         dy_micro, _ = microbatch.Split(dy, len(forward.micro), p.batch_dim, p.pad)
         first, accumulated = executor.Backward(
             [self._BackwardFn(k, r) for k in range(self._num_cells)], forward.params,
-            [packing.Zeros for packing in self._packings], devices, forward.micro, dy_micro, forward.state,
+            [cp.Zeros for cp in self._cell_params], devices, forward.micro, dy_micro, forward.state,
             loop=not taped, taped_backward=_TapedBackward, record=forward.record)
         with tf.device(devices[0]):
           input_grads = [None if a is None else microbatch.MergeStacked(a.stack(), p.batch_dim, forward.pad_rows)
                          for a in first]
-        by_ref = {}
-        for k, packed in accumulated.items():
-          with tf.device(devices[k]):
-            by_ref.update({v.ref(): g for v, g in zip(self._packings[k].variables, self._packings[k].Unpack(packed))})
+        by_ref = {v.ref(): g for k, grads in accumulated.items() for v, g in zip(self._cell_params[k].variables, grads)}
         return input_grads, [by_ref.get(v.ref()) for v in (variables or [])]
 
       return flat_outputs, Grad

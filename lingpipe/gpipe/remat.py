@@ -30,7 +30,7 @@ def _GradsOrZeros(grads, tensors):
 def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None):
   """(input grads, variable grads) of outputs = fn(inputs) for the upstream `output_grads`.
 
-  `variables` are tf.Variables fn reads, or tensors it closes over (a pipeline cell's packed parameters).
+  `variables` are tf.Variables fn reads, or tensors it closes over (a pipeline cell's parameter values).
 
   With `tape` (recorded around the forward, together with its `outputs`), the stored activations are used;
   without it, `fn(inputs)` is recomputed after `output_grads` exist. Either way the input gradients are made to
@@ -66,9 +66,9 @@ def AccumulatingBackward(fn, device):
   """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
 
   Step(inputs, output_grads, micro_batch_index, params, accumulated) -> (input grads, accumulated + param grads),
-  where fn(inputs, micro_batch_index, params) is the cell's forward and `params` its packed parameters (a list of
-  tensors, packing.py). Because the call is not inlined it starts only when all its arguments exist, so threading
-  `accumulated` through the calls of one cell runs them one at a time, in schedule order: at most one
+  where fn(inputs, micro_batch_index, params) is the cell's forward and `params` its parameter values (a list of
+  tensors, cell_params.py). Because the call is not inlined it starts only when all its arguments exist, so
+  threading `accumulated` through the calls of one cell runs them one at a time, in schedule order: at most one
   micro-batch's recomputed activations per device are alive, and the partial gradients are summed as they come
   (graph rewriting cannot turn the sum into one AddN that keeps all of them alive).
   """
