@@ -36,6 +36,18 @@ def test_pad_policy():
   np.testing.assert_array_equal(microbatch.PadMask(5, 4), [1, 1, 1, 1, 1, 0, 0, 0])
 
 
+@pytest.mark.parametrize('batch_dim,pad', [(0, False), (0, True), (1, False), (1, True)])
+def test_stacked_holds_the_micro_batches_of_split_and_merge_stacked_inverts_it(batch_dim, pad):
+  x = tf.reshape(tf.range(30.0), [5, 6]) if batch_dim == 0 else tf.reshape(tf.range(30.0), [6, 5])
+  m = 4 if pad else 5
+  micro, pad_rows = microbatch.Split(x, m, batch_dim=batch_dim, pad=pad)
+  stacked = microbatch.Stacked(x, m, batch_dim, pad_rows)
+  assert stacked.shape[0] == m
+  for i in range(m):
+    np.testing.assert_array_equal(stacked[i], micro[i])
+  np.testing.assert_array_equal(microbatch.MergeStacked(stacked, batch_dim, pad_rows), x)
+
+
 def test_errors():
   x = tf.zeros([6, 2])
   with pytest.raises(errors.ConfigError) as e:

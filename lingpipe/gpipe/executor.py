@@ -41,10 +41,15 @@ def Index(m):
   return Opaque(tf.constant(m, tf.int64)) if isinstance(m, int) else tf.cast(m, tf.int64)
 
 
+def Looped(loop, num_micro, num_cells):
+  """Whether RunTicks runs a loop: asked for, and at least one tick after the fill ticks 0..K-1 is steady."""
+  return loop and num_micro > num_cells
+
+
 def RunTicks(tick, state, num_micro, num_cells, loop):
   """state = tick(t, state) for t = 0 .. M+K-2; with `loop`, ticks K .. M-1 as one tf.while_loop."""
   num_ticks = num_micro + num_cells - 1
-  if not loop or num_micro <= num_cells:
+  if not Looped(loop, num_micro, num_cells):
     for t in range(num_ticks):
       state = tick(t, state)
     return state
@@ -59,19 +64,17 @@ def RunTicks(tick, state, num_micro, num_cells, loop):
   return state
 
 
-class Stacked:
-  """Micro-batch m of a list of micro-batches, for an int m (the list's element) or a tensor m (a gather from
-  the stacked micro-batches, built on `device` the first time)."""
+class MicroBatches:
+  """Micro-batch m, for an int m (the element of the list `micro`) or, inside the loop, a tensor m (a gather on
+  `device` from `stacked`, the same micro-batches as [M, <micro-batch>] leaves; needed only when looped)."""
 
-  def __init__(self, micro, device):
-    self._micro, self._device, self._stacked = micro, device, None
+  def __init__(self, micro, stacked, device):
+    self._micro, self._stacked, self._device = micro, stacked, device
 
   def At(self, m):
     if isinstance(m, int):
       return self._micro[m]
     with tf.device(self._device):
-      if self._stacked is None:
-        self._stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *self._micro)
       return tf.nest.map_structure(lambda s: tf.gather(s, m), self._stacked)
 
 
@@ -92,16 +95,18 @@ def _Read(arrays, m, like, device):
     return tf.nest.pack_sequence_as(like, [a.read(m) for a in arrays])
 
 
-def Forward(cell_fns, params, devices, micro, training, stash, loop, taped=(), record=None):
+def Forward(cell_fns, params, devices, micro, stacked, training, stash, loop, taped=(), record=None):
   """The forward pass. cell_fns[k](inputs, index, params[k]) -> (outputs, bn moments {path: [(mean, var)]}).
+  `micro`: the micro-batches, a list; `stacked`: the same as microbatch.Stacked gives them (used when Looped).
 
-  Returns NestedMap-free state: {'outs': TensorArrays of the last cell's outputs, 'stash': {k: TensorArrays of
-  cell k's inputs} (k >= 1, when `stash`), 'bn': {path: [[sum of means, sum of mean^2 + variance]]},
-  'like': {k: structure of cell k's inputs}}. Tasks in `taped` (only without `loop`) run under a GradientTape
+  Returns the state: {'outs': TensorArrays of the last cell's outputs, 'stash': {k: TensorArrays of cell k's
+  inputs} (k >= 1, when `stash`), 'bn': {path: [[sum of means, sum of mean^2 + variance]]}, 'like': {k: structure
+  of cell k's inputs}, 'out_like': the structure of the outputs, 'inputs': the micro-batches (MicroBatches),
+  which the backward reads again}. Tasks in `taped` (only without `loop`) run under a GradientTape
   recorded in `record[(m, k)] = (inputs, outputs, tape)`.
   """
   num_cells, num_micro = len(cell_fns), len(micro)
-  inputs = Stacked(micro, devices[0])
+  inputs = MicroBatches(micro, stacked, devices[0])
   like = {}
 
   def Tick(t, state):
@@ -139,7 +144,7 @@ def Forward(cell_fns, params, devices, micro, training, stash, loop, taped=(), r
     return state
 
   state = RunTicks(Tick, dict(carry={}, stash={}, bn={}, outs=None), num_micro, num_cells, loop)
-  state['like'] = like
+  state['like'], state['inputs'] = like, inputs
   state['out_like'] = state['carry'][num_cells - 1]
   return state
 
@@ -160,17 +165,19 @@ def Outputs(forward_state):
   return tf.nest.pack_sequence_as(forward_state['out_like'], [a.stack() for a in forward_state['outs']])
 
 
-def Backward(backward_fns, params, zeros, devices, micro, dy_micro, forward_state, loop, taped_backward=None,
+def Backward(backward_fns, params, zeros, devices, dy_micro, dy_stacked, forward_state, loop, taped_backward=None,
              record=None):
   """The backward pass, cell K-1 first. backward_fns[k](inputs, upstream, index, params[k], accumulated) ->
-  (input grads, accumulated + param grads); zeros[k]() starts cell k's accumulation.
+  (input grads, accumulated + param grads); zeros[k]() starts cell k's accumulation. `dy_micro` and `dy_stacked`
+  are the output gradients, as `micro` and `stacked` of Forward.
 
   Returns (per-leaf TensorArrays of the first cell's input gradients (None for non-float leaves), {k: parameter
   gradients summed over the micro-batches}). Tasks recorded in `record` use their tape
   (`taped_backward(params, inputs, upstream, tape, outputs)` -> (input grads, param grads)).
   """
-  num_cells, num_micro = len(backward_fns), len(micro)
-  inputs, upstreams = Stacked(micro, devices[0]), Stacked(dy_micro, devices[-1])
+  num_cells, num_micro = len(backward_fns), len(dy_micro)
+  inputs = forward_state['inputs']
+  upstreams = MicroBatches(dy_micro, dy_stacked, devices[-1])
   record = record or {}
   like = forward_state['like']
 

@@ -58,15 +58,33 @@ def Split(batch, num_micro_batches, batch_dim=0, pad=False):
     raise errors.ConfigError('Batch size %d is not divisible by num_micro_batches %d. Use a batch size that is a '
                              'multiple of %d (e.g. %d), another micro-batch count, or the pad policy.' % (
                                  batch_size, m, m, batch_size + pad_rows))
-  parts = []
-  for _, leaf in leaves:
-    if pad_rows:
-      paddings = [[0, 0]] * leaf.shape.rank
-      paddings[batch_dim] = [0, pad_rows]
-      leaf = tf.pad(leaf, paddings)
-    parts.append(tf.split(leaf, m, axis=batch_dim))
+  parts = [tf.split(_Pad(leaf, batch_dim, pad_rows), m, axis=batch_dim) for _, leaf in leaves]
   micro = [tf.nest.pack_sequence_as(batch, [p[i] for p in parts]) for i in range(m)]
   return micro, pad_rows
+
+
+def Stacked(batch, num_micro_batches, batch_dim=0, pad_rows=0):
+  """`batch` (as Split cut it, with its pad rows) as [M, <micro-batch>] leaves whose index m is micro-batch m: for
+  batch_dim 0 a reshape, which shares the batch's buffer; otherwise a stack of the parts (a copy)."""
+  m = num_micro_batches
+
+  def One(leaf):
+    leaf = _Pad(leaf, batch_dim, pad_rows)
+    if batch_dim:
+      return tf.stack(tf.split(leaf, m, axis=batch_dim))
+    stacked = tf.reshape(leaf, tf.concat([[m, -1], tf.shape(leaf)[1:]], 0))
+    return tf.ensure_shape(stacked, [m, None if leaf.shape[0] is None else leaf.shape[0] // m] +
+                           leaf.shape[1:].as_list())
+
+  return tf.nest.map_structure(One, batch)
+
+
+def _Pad(leaf, batch_dim, pad_rows):
+  if not pad_rows:
+    return leaf
+  paddings = [[0, 0]] * leaf.shape.rank
+  paddings[batch_dim] = [0, pad_rows]
+  return tf.pad(leaf, paddings)
 
 
 def Merge(micro_batches, batch_dim=0, pad_rows=0):
@@ -75,11 +93,16 @@ def Merge(micro_batches, batch_dim=0, pad_rows=0):
   merged = []
   for parts in zip(*flats):
     leaf = parts[0] if len(parts) == 1 else tf.concat(parts, axis=batch_dim)
-    if pad_rows:
-      size = leaf.shape[batch_dim] - pad_rows
-      leaf = tf.gather(leaf, tf.range(size), axis=batch_dim)
-    merged.append(leaf)
+    merged.append(_DropPadRows(leaf, batch_dim, pad_rows))
   return tf.nest.pack_sequence_as(micro_batches[0], merged)
+
+
+def _DropPadRows(leaf, batch_dim, pad_rows):
+  if not pad_rows:
+    return leaf
+  size = leaf.shape[batch_dim]  # Static when known, so the merged leaf keeps a static batch size.
+  size = tf.shape(leaf)[batch_dim] if size is None else size
+  return tf.gather(leaf, tf.range(size - pad_rows), axis=batch_dim)
 
 
 def PadMask(batch_size, num_micro_batches, dtype=tf.float32):
@@ -90,16 +113,15 @@ def PadMask(batch_size, num_micro_batches, dtype=tf.float32):
 
 def MergeStacked(stacked, batch_dim=0, pad_rows=0):
   """Merge for micro-batches stacked along a new leading axis ([M, <micro-batch>] leaves)."""
+  if batch_dim:
+    num_micro = tf.nest.flatten(stacked)[0].shape[0]
+    return Merge([tf.nest.map_structure(lambda s, m=m: s[m], stacked) for m in range(num_micro)], batch_dim,
+                 pad_rows)
 
-  def One(leaf):
-    if batch_dim == 0:  # The micro-batches are contiguous rows: a reshape, no copy.
-      merged = tf.reshape(leaf, tf.concat([[-1], tf.shape(leaf)[2:]], 0))
-      if leaf.shape[1] is not None:
-        merged = tf.ensure_shape(merged, [leaf.shape[0] * leaf.shape[1]] + leaf.shape[2:].as_list())
-    else:
-      merged = tf.concat(tf.unstack(leaf), axis=batch_dim)
-    if pad_rows:
-      merged = tf.gather(merged, tf.range(tf.shape(merged)[batch_dim] - pad_rows), axis=batch_dim)
-    return merged
+  def Rows(leaf):  # The micro-batches are contiguous rows: a reshape, no copy.
+    merged = tf.reshape(leaf, tf.concat([[-1], tf.shape(leaf)[2:]], 0))
+    if leaf.shape[1] is not None:
+      merged = tf.ensure_shape(merged, [leaf.shape[0] * leaf.shape[1]] + leaf.shape[2:].as_list())
+    return _DropPadRows(merged, 0, pad_rows)
 
-  return tf.nest.map_structure(One, stacked)
+  return tf.nest.map_structure(Rows, stacked)

@@ -286,13 +286,16 @@ class PipeliningLayer(base_layer.BaseLayer):
     num_micro = self._NumMicroBatches(inputs)
     # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
+    looped = executor.Looped(not taped, num_micro, self._num_cells)
+    with tf.device(devices[0]):
+      stacked = microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows) if looped else None
     params = []
     for k in range(self._num_cells):  # Read once per step, on the replica's device.
       with tf.device(devices[k]):
         params.append(self._cell_params[k].Read())
     record = {}
     state = executor.Forward([self._CellFn(k, r, training) for k in range(self._num_cells)], params, devices, micro,
-                             training, stash=training, loop=not taped, taped=taped, record=record)
+                             stacked, training, stash=training, loop=looped, taped=taped, record=record)
     # With data parallelism the task collects the moments of every replica and moves the averages once.
     outer = context.CurrentBatchNormStats()
     moments = outer or context.BatchNormStats()
@@ -304,7 +307,8 @@ class PipeliningLayer(base_layer.BaseLayer):
       moments.Update()
     with tf.device(devices[-1]):
       outputs = microbatch.MergeStacked(executor.Outputs(state), p.batch_dim, pad_rows)
-    return outputs, NestedMap(state=state, record=record, params=params, pad_rows=pad_rows, micro=micro)
+    return outputs, NestedMap(state=state, record=record, params=params, pad_rows=pad_rows,
+                              num_micro=num_micro, looped=looped)
 
   def _TrainFProp(self, inputs):
     p = self.params
@@ -338,11 +342,14 @@ class PipeliningLayer(base_layer.BaseLayer):
         devices = self._mesh[r]
         dy = tf.nest.pack_sequence_as(outputs, [
             executor.Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
-        dy_micro, _ = microbatch.Split(dy, len(forward.micro), p.batch_dim, p.pad)
+        dy_micro, _ = microbatch.Split(dy, forward.num_micro, p.batch_dim, p.pad)
+        with tf.device(devices[-1]):
+          dy_stacked = (microbatch.Stacked(dy, forward.num_micro, p.batch_dim, forward.pad_rows)
+                        if forward.looped else None)
         first, accumulated = executor.Backward(
             [self._BackwardFn(k, r) for k in range(self._num_cells)], forward.params,
-            [cp.Zeros for cp in self._cell_params], devices, forward.micro, dy_micro, forward.state,
-            loop=not taped, taped_backward=_TapedBackward, record=forward.record)
+            [cp.Zeros for cp in self._cell_params], devices, dy_micro, dy_stacked, forward.state,
+            loop=forward.looped, taped_backward=_TapedBackward, record=forward.record)
         with tf.device(devices[0]):
           input_grads = [None if a is None else microbatch.MergeStacked(a.stack(), p.batch_dim, forward.pad_rows)
                          for a in first]

@@ -28,8 +28,13 @@ def _Check(num_micro_batches, num_cells):
 def ClockCycles(num_micro_batches, num_cells):
   """Forward ticks of the fill-drain schedule: a list of M+K-1 lists of (micro_batch, cell) run in parallel."""
   _Check(num_micro_batches, num_cells)
-  return [[(t - k, k) for k in range(num_cells) if 0 <= t - k < num_micro_batches]
-          for t in range(num_micro_batches + num_cells - 1)]
+  return [_Tasks(t, num_micro_batches, num_cells) for t in range(num_micro_batches + num_cells - 1)]
+
+
+def _Tasks(tick, num_micro_batches, num_cells, backward=False):
+  """The (micro_batch, cell) tasks of an int tick, by increasing cell."""
+  tasks = [(MicroBatchAt(tick, k, num_micro_batches, num_cells, backward), k) for k in range(num_cells)]
+  return [(m, k) for m, k in tasks if m is not None]
 
 
 def MicroBatchAt(tick, cell, num_micro_batches, num_cells, backward=False):
@@ -50,10 +55,10 @@ def ForwardOrder(num_micro_batches, num_cells, schedule='gpipe'):
 
 
 def BackwardOrder(num_micro_batches, num_cells, schedule='gpipe'):
-  """(micro_batch, cell) backward tasks: the forward ticks in reverse, last cell first within a tick."""
+  """(micro_batch, cell) backward tasks: the forward ticks in reverse (the executor's backward ticks)."""
   ForwardOrder(num_micro_batches, num_cells, schedule)
-  ticks = ClockCycles(num_micro_batches, num_cells)
-  return [task for tick in reversed(ticks) for task in sorted(tick, key=lambda mk: -mk[1])]
+  return [task for s in range(num_micro_batches + num_cells - 1)
+          for task in _Tasks(s, num_micro_batches, num_cells, backward=True)]
 
 
 def BubbleFraction(num_micro_batches, num_cells):
