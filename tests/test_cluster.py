@@ -13,6 +13,12 @@ def test_logical_devices_exist():
   assert cluster.ConfigureLocalDevices(2) == ['/device:CPU:0', '/device:CPU:1']
 
 
+@pytest.mark.parametrize('cores,devices,threads', [(2, 4, 2), (2, 2, 2), (16, 4, 4), (1, 1, 2), (8, 1, 2)])
+def test_inter_op_threads_are_one_per_device_but_no_more_than_the_cores(monkeypatch, cores, devices, threads):
+  monkeypatch.setattr(cluster.os, 'sched_getaffinity', lambda pid: set(range(cores)), raising=False)
+  assert cluster.DefaultInterOpThreads(devices) == threads
+
+
 def test_device_per_split_and_remote_names():
   c = cluster.Cluster(['/job:worker/task:0/device:GPU:0', '/job:worker/task:1/device:GPU:0'])
   assert c.Device(1) == '/job:worker/task:1/device:GPU:0' and c.num_replicas == 1

@@ -103,10 +103,8 @@ def test_batch_norm_normalizes_micro_batches_and_updates_averages_once_from_the_
   np.testing.assert_allclose(bn.moving_variance.numpy(), plain_bn.moving_variance.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_cell_variables_and_gradients_live_on_their_devices():
-  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=2)
-  assert [v.device.endswith('CPU:%d' % (i // 4)) for i, v in enumerate(pipe.trainable_variables)] == [True] * 8
-  x = _Input()
+def _StepGraph(pipe, x):
+  """The GraphDef of a traced training step (loss, then gradients of every variable) of `pipe` on `x`."""
 
   @tf.function(autograph=False)
   def Step(x):
@@ -115,7 +113,13 @@ def test_cell_variables_and_gradients_live_on_their_devices():
         loss = tf.reduce_sum(pipe.FProp(x))
     return tape.gradient(loss, pipe.trainable_variables)
 
-  graph_def = Step.get_concrete_function(x).graph.as_graph_def()
+  return Step.get_concrete_function(x).graph.as_graph_def()
+
+
+def test_cell_variables_and_gradients_live_on_their_devices():
+  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=2)
+  assert [v.device.endswith('CPU:%d' % (i // 4)) for i, v in enumerate(pipe.trainable_variables)] == [True] * 8
+  graph_def = _StepGraph(pipe, _Input())
   devices = {}
   for function in graph_def.library.function:
     matmul_devices = {n.device for n in function.node_def if n.op == 'MatMul'}
@@ -184,14 +188,13 @@ def test_steady_ticks_run_as_a_loop_so_the_graph_does_not_grow_with_m():
   counts = {}
   for m in (8, 32):
     _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m)
-
-    @tf.function(autograph=False)
-    def Step(x, pipe=pipe):
-      with tf.GradientTape() as tape:
-        with context.Training(True):
-          loss = tf.reduce_sum(pipe.FProp(x))
-      return tape.gradient(loss, pipe.trainable_variables)
-
-    counts[m] = _CellCalls(Step.get_concrete_function(_Input(batch=32)).graph.as_graph_def())
+    counts[m] = _CellCalls(_StepGraph(pipe, _Input(batch=32)))
   # Per pass: K(K+1)/2 fill tasks + K in the loop body + K(K-1)/2 drain tasks = K(K+1) = 6 for K=2; two passes.
   assert counts == {8: 12, 32: 12}
+
+
+@pytest.mark.parametrize('policy', ['always', 'except_last', 'never'])
+def test_one_cell_and_one_micro_batch_run_the_plain_model_under_any_policy(policy):
+  _, pipe = util.Pair(util.Tanh(4), num_splits=1, num_micro_batches=1, remat=policy)
+  # Re-computing the only task would hold the same activations at the same moment, only later.
+  assert _CellCalls(_StepGraph(pipe, _Input())) == 0

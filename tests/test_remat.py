@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.gpipe import remat
+from lingpipe.layers import batch_norm
 from lingpipe.layers import dropout
 from lingpipe.layers import sequential
 import pipeline_test_util as util
@@ -33,6 +34,20 @@ def test_recompute_gives_the_plain_gradients_and_dropout_masks(with_dropout):
 
   util.AssertClose(Grads(layer.FProp), Grads(wrapped))
   util.AssertClose(tf.function(lambda: Grads(layer.FProp))(), tf.function(lambda: Grads(wrapped))())
+
+
+def test_recompute_does_not_move_batch_norm_averages_again():
+  layer = sequential.SequentialLayer.Params().Set(name='bn_stack', sub=util.Tanh(1) + [
+      batch_norm.BatchNormLayer.Params().Set(dim=8, decay=0.5)]).Instantiate()
+  wrapped = remat.Recompute(layer.FProp, lambda: layer.trainable_variables)
+  x = tf.constant(np.random.RandomState(0).normal(size=(4, 8)), tf.float32)
+  with tf.GradientTape() as tape:
+    with context.Training(True):
+      loss = tf.reduce_sum(tf.square(wrapped(x)))
+  once = layer.sub[1].moving_mean.numpy()
+  tape.gradient(loss, layer.trainable_variables)  # Re-computes the forward.
+  np.testing.assert_array_equal(layer.sub[1].moving_mean.numpy(), once)
+  assert np.abs(once).max() > 0  # The forward did move them, once.
 
 
 def _PeakBytes(policy, num_splits=2, num_micro_batches=8, layers=32, dim=256, batch=2048):

@@ -3,14 +3,21 @@ r"""GPipe benchmark: throughput over K and M (the paper's Table 1), remat memory
     python tools/pipeline_benchmark.py --out=/tmp/pipeline_benchmark.json
     python tools/pipeline_benchmark.py --quick        # fewer configurations, for a smoke run
 
-Everything runs in one process, side by side, on K logical CPU devices with one intra-op thread each ("one
-core = one accelerator"), so the ratios are comparable even on a noisy shared machine. A training step here is the
-forward and backward pass (gradients of all weights); the optimizer update is the same for every configuration.
+Everything runs in one run, side by side, on logical CPU devices with one intra-op thread each and the trainer's
+inter-op threads ("one core = one accelerator"), so the ratios are comparable even on a noisy shared machine; only
+section onecore (and multiprocess) start child processes. A training step here is the forward and backward pass
+(gradients of all weights); the optimizer update is the same for every configuration.
 
 Tables:
   1. normalized training throughput for K in {1,2,4} x M in {1,2,4,8,32}, for a Transformer stack and a conv
      stack; 1.0 is the same model without any pipeline (SequentialLayer), measured in the same run;
-  2. K=2 speed-up over K=1 at the same M beside the ideal K*M/(M+K-1) (this machine has 2 cores);
+  2. K=2 speed-up over K=1 at the same M beside the ideal K*M/(M+K-1) (this machine has 2 cores), against K=1
+     in this process and (section onecore) against K=1 in a child process pinned to one core with one thread.
+     Neither isolates the pipeline: in one process a logical device is not one core, since every device's ops
+     share the inter-op threads, so K=1 here already uses both cores (the first comparison charges that to the
+     pipeline) and K=2 lends a waiting cell's core to the busy one in the bubble (the second credits that to the
+     pipeline; its M=1 row, where no pipelining is possible, shows how much). The comparison with one device
+     per core, each cell in its own pinned process, is section multiprocess;
   3. K=1, M=1 pipeline overhead against the plain model (remat never and always);
   4. peak memory (get_memory_info) and step time per remat policy, with the analytic bound for remat=always;
   5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32;
@@ -25,7 +32,9 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -40,14 +49,19 @@ def _Args():
   parser.add_argument('--out', default='pipeline_benchmark.json', help='Where to write the JSON results.')
   parser.add_argument('--quick', action='store_true', help='Fewer configurations and steps.')
   parser.add_argument('--steps', type=int, default=5, help='Timed steps per configuration (median is kept).')
-  parser.add_argument('--inter_op', type=int, default=NUM_DEVICES, help='Inter-op threads.')
-  parser.add_argument('--sections', default='table1,ceiling,overhead,remat,ttfs,amoebanet',
-                      help='Comma-separated sections to run: table1, ceiling, overhead, remat, ttfs, amoebanet, '
-                      'multiprocess.')
+  parser.add_argument('--inter_op', type=int, default=None,
+                      help='Inter-op threads (default: the trainer\'s, cluster.DefaultInterOpThreads).')
+  parser.add_argument('--sections', default='table1,onecore,ceiling,overhead,remat,ttfs,amoebanet',
+                      help='Comma-separated sections to run: table1, onecore, ceiling, overhead, remat, ttfs, '
+                      'amoebanet, multiprocess.')
+  parser.add_argument('--ks', default=None, help=argparse.SUPPRESS)  # Table 1's K values (the onecore child).
+  parser.add_argument('--pin_core', type=int, default=None, help=argparse.SUPPRESS)  # The onecore child.
   return parser.parse_args()
 
 
 ARGS = _Args()
+if ARGS.pin_core is not None:
+  os.sched_setaffinity(0, {ARGS.pin_core})
 cluster.ConfigureLocalDevices(NUM_DEVICES, intra_op_threads=1, inter_op_threads=ARGS.inter_op)
 
 import numpy as np  # pylint: disable=g-import-not-at-top,g-bad-import-order
@@ -162,6 +176,31 @@ def Measure(model, k=None, m=1, remat='never', steps=None, memory=False):
   return result
 
 
+def SideBySide(model, configs, rounds):
+  """{name: Measure-like result} for configs {name: (k, m, remat)}, built first, then timed in alternation, one
+  step of each per round, so that a change in the machine's speed reaches every configuration alike."""
+  steps = {name: StepFunction(Build(model, *config)) for name, config in configs.items()}
+  for step in steps.values():
+    step(model.inputs)
+    step(model.inputs)  # Warm-up.
+  times = {name: [] for name in steps}
+  for _ in range(rounds):
+    for name, step in steps.items():
+      start = time.perf_counter()
+      tf.nest.map_structure(lambda t: t.numpy(), step(model.inputs))
+      times[name].append(time.perf_counter() - start)
+  batch = tf.nest.flatten(model.inputs)[0].shape[0]
+  results = {}
+  for name, step in steps.items():
+    tf.config.experimental.reset_memory_stats('CPU:0')
+    base = tf.config.experimental.get_memory_info('CPU:0')['current']
+    step(model.inputs)
+    peak = (tf.config.experimental.get_memory_info('CPU:0')['peak'] - base) / 2**20
+    step_s = statistics.median(times[name])
+    results[name] = dict(step_s=step_s, examples_per_s=batch / step_s, peak_mib=peak)
+  return results
+
+
 def Table1(model, ks, ms):
   plain = Measure(model)
   rows = {'plain': plain}
@@ -178,38 +217,65 @@ def Table1(model, ks, ms):
   return rows
 
 
-def Speedups(rows, ms, ceiling=None, k=2):
-  """K=2 over K=1 at the same M, against the ideal K*M/(M+K-1) and, when the machine's two-device `ceiling`
-  is known, against the ideal scaled by ceiling/K (what this hardware allows)."""
+def Speedups(rows, ms, ceiling=None, one_core=None, k=2):
+  """K=2 over K=1 at the same M, against the ideal K*M/(M+K-1): with K=1 measured in this process and, when
+  `one_core` (Table 1 rows of a process pinned to one core) is given, with K=1 on one core; and, when the
+  machine's two-device `ceiling` is known, against the ideal scaled by ceiling/K (what this hardware allows)."""
   print('\n## K=%d speed-up over K=1 at the same M (remat always), beside the ideal K*M/(M+K-1)' % k)
-  print('%-6s %10s %10s %10s %16s %10s' % ('M', 'measured', 'ideal', 'ratio', 'machine ideal', 'ratio'))
+  print('%-4s %6s | %-19s | %-19s | %s' % ('', '', 'K=1 in this process', 'K=1 on one core',
+                                          'machine ideal' if ceiling else ''))
+  print('%-4s %6s | %9s %9s | %9s %9s | %9s %9s' % ('M', 'ideal', 'speed-up', 'ratio', 'speed-up', 'ratio',
+                                                   'ideal', 'ratio'))
   out = {}
   for m in ms:
-    measured = rows['K=%d,M=%d' % (k, m)]['examples_per_s'] / rows['K=1,M=%d' % m]['examples_per_s']
+    k2 = rows['K=%d,M=%d' % (k, m)]['examples_per_s']
+    measured = k2 / rows['K=1,M=%d' % m]['examples_per_s']
     ideal = schedule.IdealSpeedup(m, k)
     out[m] = dict(measured=measured, ideal=ideal, ratio=measured / ideal)
-    line = '%-6d %10.2f %10.2f %10.2f' % (m, measured, ideal, measured / ideal)
+    line = '%-4d %6.2f | %9.2f %9.2f |' % (m, ideal, measured, measured / ideal)
+    if one_core:
+      alone = k2 / one_core['K=1,M=%d' % m]['examples_per_s']
+      out[m].update(measured_vs_one_core=alone, ratio_vs_one_core=alone / ideal)
+      line += ' %9.2f %9.2f |' % (alone, alone / ideal)
+    else:
+      line += ' %19s |' % '-'
     if ceiling:
       machine = ideal * ceiling / k
       out[m].update(machine_ideal=machine, machine_ratio=measured / machine)
-      line += ' %16.2f %10.2f' % (machine, measured / machine)
+      line += ' %9.2f %9.2f' % (machine, measured / machine)
     print(line, flush=True)
+  if one_core:
+    print('plain model, this process / one core: %.2fx (what one device gains from the second core by itself)' %
+          (rows['plain']['examples_per_s'] / one_core['plain']['examples_per_s']))
   return out
 
 
+def OneCoreTable1():
+  """Table 1's K=1 rows (and the plain model) measured by a child process pinned to core 0 with one thread."""
+  with tempfile.TemporaryDirectory() as tmp:
+    out = os.path.join(tmp, 'one_core.json')
+    command = [sys.executable, os.path.abspath(__file__), '--sections=table1', '--ks=1', '--inter_op=1',
+               '--pin_core=0', '--steps=%d' % ARGS.steps, '--out=%s' % out] + (['--quick'] if ARGS.quick else [])
+    print('\n## K=1 on one core (a child process pinned to core 0, one thread)', flush=True)
+    subprocess.run(command, check=True)
+    with open(out) as f:
+      return json.load(f)['table1']
+
+
 def Overhead(model):
-  plain = Measure(model, steps=ARGS.steps * 2)
+  configs = {'plain': (None, 1, 'never'), 'never': (1, 1, 'never'), 'always': (1, 1, 'always')}
+  results = SideBySide(model, configs, rounds=ARGS.steps * 2)
   out = {}
-  print('\n## K=1, M=1 pipeline step time / plain step time (%s)' % model.name)
+  print('\n## K=1, M=1 pipeline step time / plain step time (%s), side by side' % model.name)
   for remat in ('never', 'always'):
-    r = Measure(model, 1, 1, remat, steps=ARGS.steps * 2)
-    out[remat] = r['step_s'] / plain['step_s']
+    out[remat] = results[remat]['step_s'] / results['plain']['step_s']
     print('remat=%-8s %.3fx' % (remat, out[remat]), flush=True)
   return out
 
 
 def RematTable(model, k, m):
-  print('\n## Remat policies, %s, K=%d, M=%d: peak memory above the weights and step time' % (model.name, k, m))
+  print('\n## Remat policies, %s, K=%d, M=%d: peak memory above the weights and step time (side by side)' % (
+      model.name, k, m))
   batch, dim = model.inputs.shape
   num_layers = len(model.layers)
   row_bytes = dim * 4
@@ -220,9 +286,9 @@ def RematTable(model, k, m):
   one_cell = 2 * (num_layers // k + 1) * (batch // m) * row_bytes
   weights = num_layers * (dim * dim + dim) * 4
   bound = (boundary + one_cell + 2 * weights) / 2**20
-  out = {}
-  for remat in ('never', 'except_last', 'always'):
-    out[remat] = Measure(model, k, m, remat, memory=True)
+  policies = ('never', 'except_last', 'always')
+  out = SideBySide(model, {remat: (k, m, remat) for remat in policies}, rounds=2 * ARGS.steps)
+  for remat in policies:
     print('remat=%-12s peak %7.1f MiB   step %.3f s' % (remat, out[remat]['peak_mib'], out[remat]['step_s']),
           flush=True)
   out['bound_mib'] = bound
@@ -278,10 +344,16 @@ def TimeToFirstStep(ms):
 
 def main():
   ks, ms = ([1, 2], [1, 4, 8]) if ARGS.quick else ([1, 2, 4], [1, 2, 4, 8, 32])
-  results = dict(devices=cluster.LocalDevices()[:NUM_DEVICES], steps=ARGS.steps, quick=ARGS.quick)
+  if ARGS.ks:
+    ks = [int(k) for k in ARGS.ks.split(',')]
+  results = dict(devices=cluster.LocalDevices()[:NUM_DEVICES], steps=ARGS.steps, quick=ARGS.quick,
+                 inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads())
   sections = ARGS.sections.split(',')
   if 'table1' in sections:
     results['table1'] = {}
+    one_core = OneCoreTable1() if 'onecore' in sections else None
+    if one_core:
+      results['table1_k1_one_core'] = one_core
     for model in (TransformerStack(), ConvStack()):
       ceiling = None
       if 'ceiling' in sections:
@@ -289,7 +361,9 @@ def main():
         ceiling = results.setdefault('two_device_ceiling', {})[model.name] = Ceiling(model)
       rows = Table1(model, ks, ms)
       results['table1'][model.name] = rows
-      results.setdefault('speedup_k2', {})[model.name] = Speedups(rows, ms, ceiling)
+      if 2 in ks:
+        results.setdefault('speedup_k2', {})[model.name] = Speedups(rows, ms, ceiling,
+                                                                    one_core and one_core[model.name])
   elif 'ceiling' in sections:
     print('\n## Two-device ceiling of this machine')
     results['two_device_ceiling'] = {m.name: Ceiling(m) for m in (TransformerStack(), ConvStack())}

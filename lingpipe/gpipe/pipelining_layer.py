@@ -267,8 +267,9 @@ class PipeliningLayer(base_layer.BaseLayer):
         inputs = self._RunCell(k, inputs)
       return inputs
     if context.IsTraining():
-      if self._num_cells == 1 and self._NumMicroBatches(inputs) == 1 and self.params.remat == 'never':
-        # Nothing to pipeline or re-compute: the plain model, at plain speed.
+      if self._num_cells == 1 and self._NumMicroBatches(inputs) == 1:
+        # Nothing to pipeline, and re-computing the one task would hold the same activations, only later: the
+        # plain model, at plain speed, whatever the remat policy.
         with tf.device(self._mesh[self._Replica()][0]):
           return self._RunCell(0, inputs)
       return self._TrainFProp(inputs)

@@ -92,12 +92,14 @@ def Recompute(fn, variables_fn=None):
   def Wrapped(*args):
     outputs = fn(*args)
     # Gradients are usually asked for outside the forward's Training/StepSeed blocks: re-enter them so the
-    # re-computation takes the same branch and draws the same dropout masks.
+    # re-computation takes the same branch and draws the same dropout masks. Its batch norm moments are dropped:
+    # the forward already moved (or collected) them.
     training, step_seed = context.IsTraining(), context.StepSeedValue()
 
     def Grad(*dys, variables=None):
       used = list(variables_fn()) if variables_fn is not None else list(variables or [])
-      with context.Training(training), context.StepSeed(step_seed):
+      with context.Training(training), context.StepSeed(step_seed), \
+          context.CollectBatchNormStats(context.BatchNormStats(discard=True)):
         input_grads, var_grads = Backward(lambda a: fn(*a), used, list(args),
                                           tf.nest.pack_sequence_as(outputs, list(dys)))
       by_ref = {v.ref(): g for v, g in zip(used, var_grads)}
