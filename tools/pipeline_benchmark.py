@@ -60,7 +60,7 @@ def _Args():
 
 
 ARGS = _Args()
-if ARGS.pin_core is not None:
+if ARGS.pin_core is not None and hasattr(os, 'sched_setaffinity'):  # Linux; elsewhere one thread, unpinned.
   os.sched_setaffinity(0, {ARGS.pin_core})
 cluster.ConfigureLocalDevices(NUM_DEVICES, intra_op_threads=1, inter_op_threads=ARGS.inter_op)
 
@@ -224,8 +224,8 @@ def Speedups(rows, ms, ceiling=None, one_core=None, k=2):
   print('\n## K=%d speed-up over K=1 at the same M (remat always), beside the ideal K*M/(M+K-1)' % k)
   print('%-4s %6s | %-19s | %-19s | %s' % ('', '', 'K=1 in this process', 'K=1 on one core',
                                           'machine ideal' if ceiling else ''))
-  print('%-4s %6s | %9s %9s | %9s %9s | %9s %9s' % ('M', 'ideal', 'speed-up', 'ratio', 'speed-up', 'ratio',
-                                                   'ideal', 'ratio'))
+  print('%-4s %6s | %9s %9s | %9s %9s |' % ('M', 'ideal', 'speed-up', 'ratio', 'speed-up', 'ratio') +
+        (' %9s %9s' % ('ideal', 'ratio') if ceiling else ''))
   out = {}
   for m in ms:
     k2 = rows['K=%d,M=%d' % (k, m)]['examples_per_s']
