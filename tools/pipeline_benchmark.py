@@ -151,28 +151,32 @@ def StepFunction(layer):
   return Step
 
 
-def Measure(model, k=None, m=1, remat='never', steps=None, memory=False):
-  """{'step_s', 'first_step_s', 'examples_per_s'[, 'peak_mib']} of one configuration."""
-  steps = steps or ARGS.steps
-  layer = Build(model, k, m, remat)
-  step = StepFunction(layer)
+def TimedStep(step, inputs):
+  """Seconds for one step, outputs fetched."""
   start = time.perf_counter()
-  tf.nest.map_structure(lambda t: t.numpy(), step(model.inputs))
-  first = time.perf_counter() - start
+  tf.nest.map_structure(lambda t: t.numpy(), step(inputs))
+  return time.perf_counter() - start
+
+
+def PeakMiB(step, inputs):
+  """Peak memory of one step above what was allocated before it (get_memory_info('CPU:0'): one allocator for
+  all logical CPU devices)."""
+  tf.config.experimental.reset_memory_stats('CPU:0')
+  base = tf.config.experimental.get_memory_info('CPU:0')['current']
+  step(inputs)
+  return (tf.config.experimental.get_memory_info('CPU:0')['peak'] - base) / 2**20
+
+
+def Measure(model, k=None, m=1, remat='never', steps=None):
+  """{'step_s', 'first_step_s', 'examples_per_s'} of one configuration."""
+  steps = steps or ARGS.steps
+  step = StepFunction(Build(model, k, m, remat))
+  first = TimedStep(step, model.inputs)
   step(model.inputs)  # Warm-up.
-  times = []
-  for _ in range(steps):
-    start = time.perf_counter()
-    tf.nest.map_structure(lambda t: t.numpy(), step(model.inputs))
-    times.append(time.perf_counter() - start)
+  times = [TimedStep(step, model.inputs) for _ in range(steps)]
   batch = tf.nest.flatten(model.inputs)[0].shape[0]
   result = dict(step_s=statistics.median(times), first_step_s=first)
   result['examples_per_s'] = batch / result['step_s']
-  if memory:
-    tf.config.experimental.reset_memory_stats('CPU:0')
-    base = tf.config.experimental.get_memory_info('CPU:0')['current']
-    step(model.inputs)
-    result['peak_mib'] = (tf.config.experimental.get_memory_info('CPU:0')['peak'] - base) / 2**20
   return result
 
 
@@ -186,18 +190,12 @@ def SideBySide(model, configs, rounds):
   times = {name: [] for name in steps}
   for _ in range(rounds):
     for name, step in steps.items():
-      start = time.perf_counter()
-      tf.nest.map_structure(lambda t: t.numpy(), step(model.inputs))
-      times[name].append(time.perf_counter() - start)
+      times[name].append(TimedStep(step, model.inputs))
   batch = tf.nest.flatten(model.inputs)[0].shape[0]
   results = {}
   for name, step in steps.items():
-    tf.config.experimental.reset_memory_stats('CPU:0')
-    base = tf.config.experimental.get_memory_info('CPU:0')['current']
-    step(model.inputs)
-    peak = (tf.config.experimental.get_memory_info('CPU:0')['peak'] - base) / 2**20
     step_s = statistics.median(times[name])
-    results[name] = dict(step_s=step_s, examples_per_s=batch / step_s, peak_mib=peak)
+    results[name] = dict(step_s=step_s, examples_per_s=batch / step_s, peak_mib=PeakMiB(step, model.inputs))
   return results
 
 
@@ -320,11 +318,7 @@ def Ceiling(model):
     return outs
 
   Both(model.inputs)
-  times = []
-  for _ in range(ARGS.steps):
-    start = time.perf_counter()
-    tf.nest.map_structure(lambda t: t.numpy(), Both(model.inputs))
-    times.append(time.perf_counter() - start)
+  times = [TimedStep(Both, model.inputs) for _ in range(ARGS.steps)]
   scaling = 2 * single['step_s'] / statistics.median(times)
   print('%s: 2 independent copies on 2 devices run %.2fx the throughput of one' % (model.name, scaling),
         flush=True)
