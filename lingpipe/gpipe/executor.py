@@ -47,9 +47,10 @@ def Looped(loop, num_micro, num_cells):
 
 
 def RunTicks(tick, state, num_micro, num_cells, loop):
-  """state = tick(t, state) for t = 0 .. M+K-2; with `loop`, ticks K .. M-1 as one tf.while_loop."""
+  """state = tick(t, state) for t = 0 .. M+K-2; with `loop` (what Looped decided), ticks K .. M-1 as one
+  tf.while_loop."""
   num_ticks = num_micro + num_cells - 1
-  if not Looped(loop, num_micro, num_cells):
+  if not loop:
     for t in range(num_ticks):
       state = tick(t, state)
     return state

@@ -31,9 +31,9 @@ from lingpipe.core import cluster
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core.nested_map import NestedMap
+from lingpipe.gpipe import cell_params
 from lingpipe.gpipe import executor
 from lingpipe.gpipe import microbatch
-from lingpipe.gpipe import cell_params
 from lingpipe.gpipe import partition
 from lingpipe.gpipe import remat
 from lingpipe.gpipe import schedule as schedule_lib
@@ -354,7 +354,8 @@ class PipeliningLayer(base_layer.BaseLayer):
         with tf.device(devices[0]):
           input_grads = [None if a is None else microbatch.MergeStacked(a.stack(), p.batch_dim, forward.pad_rows)
                          for a in first]
-        by_ref = {v.ref(): g for k, grads in accumulated.items() for v, g in zip(self._cell_params[k].variables, grads)}
+        by_ref = {v.ref(): g for k, grads in accumulated.items()
+                  for v, g in zip(self._cell_params[k].variables, grads)}
         return input_grads, [by_ref.get(v.ref()) for v in (variables or [])]
 
       return flat_outputs, Grad
