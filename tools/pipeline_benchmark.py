@@ -110,9 +110,11 @@ def AmoebaNet(num_cells=6, filters=32, batch=64):
 def AmoebaNetThroughput():
   model = AmoebaNet()
   print('\n## %s: training throughput' % model.name)
-  out = {'plain': Measure(model), 'K=2,M=8': Measure(model, 2, 8, 'always')}
+  out = SideBySide(model, {'plain': (None, 1, 'never'), 'K=2,M=8': (2, 8, 'always'),
+                           'K=2,M=8 never': (2, 8, 'never')}, ARGS.steps)
   for name, r in out.items():
-    print('%-8s %7.1f images/s' % (name, r['examples_per_s']), flush=True)
+    print('%-14s %7.1f images/s  step %.3fx plain' % (name, r['examples_per_s'], r['step_s'] / out['plain']['step_s']),
+          flush=True)
   return out
 
 
