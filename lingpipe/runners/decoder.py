@@ -6,6 +6,7 @@ import os
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
 from lingpipe.runners import evaler
 
@@ -19,7 +20,7 @@ def Decode(p, logdir, checkpoint_path=None, out=None):
   if not hasattr(task, 'Decode') or not hasattr(task, 'PostProcessDecode'):
     raise errors.ConfigError('Model %s (task %s) does not decode: it has no Decode()/PostProcessDecode().' % (
         p.model, type(task).__name__))
-  decode_fn = tf.function(evaler.Placed(task.Decode), autograph=False, reduce_retracing=True)
+  decode_fn = batch_function.BatchFunction(evaler.Placed(task.Decode))
   inp = p.input.Instantiate()
   decoded = [tf.nest.map_structure(lambda t: t.numpy(), dict(decode_fn(batch))) for batch in inp.GetDataset()]
   if not decoded:

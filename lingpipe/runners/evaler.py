@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from lingpipe.core import cluster
 from lingpipe.core import errors
+from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
 
 
@@ -62,7 +63,7 @@ def Evaluate(p, logdir, checkpoint_path=None, out=None):
     raise errors.ConfigError('The %s input repeats forever (input.repeat=True); set input.repeat=False or '
                              'task.eval.max_batches.' % p.dataset)
   task, step, path = LoadTask(p, logdir, checkpoint_path)
-  eval_fn = tf.function(Placed(task.ComputeMetrics), autograph=False)
+  eval_fn = batch_function.BatchFunction(Placed(task.ComputeMetrics))
   sums, weights, batches = {}, {}, 0
   for batch in p.input.Instantiate().GetDataset():
     for name, (value, weight) in eval_fn(batch).items():

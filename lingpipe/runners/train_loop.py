@@ -9,6 +9,7 @@ import tensorflow as tf
 from lingpipe.core import cluster
 from lingpipe.core import errors
 from lingpipe.core import remote
+from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
 from lingpipe.runners import init_from_checkpoint
 
@@ -50,7 +51,7 @@ class TrainLoop:
     self.checkpoint = tf.train.Checkpoint(**tracked)
     self.manager = tf.train.CheckpointManager(self.checkpoint, self.train_dir, max_to_keep=tp.checkpoints_to_keep,
                                               checkpoint_name='ckpt')
-    self.step_fn = tf.function(self._Step, autograph=False)
+    self.step_fn = batch_function.BatchFunction(self._Step)
 
   def _Step(self, batch):
     with self.cluster.Placement():

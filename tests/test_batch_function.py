@@ -1,0 +1,29 @@
+"""BatchFunction: one relaxed trace per batch size, with the batch dimension kept static."""
+
+import tensorflow as tf
+
+from lingpipe.core.nested_map import NestedMap
+from lingpipe.runners import batch_function
+
+
+def _Batch(batch_size, src_len, tgt_len):
+  return NestedMap(src=tf.ones([batch_size, src_len]), tgt=tf.ones([batch_size, tgt_len], tf.int32))
+
+
+def test_new_lengths_do_not_retrace_and_the_batch_size_stays_static():
+  seen = []
+
+  def Step(batch):
+    seen.append((batch.src.shape[0], batch.tgt.shape[0], batch.src.shape[1], batch.tgt.shape[1]))
+    return tf.reduce_sum(batch.src) + tf.cast(tf.reduce_sum(batch.tgt), tf.float32)
+
+  fn = batch_function.BatchFunction(Step)
+  lengths = [(8, 16), (16, 8), (24, 32), (8, 8), (48, 64), (32, 24)]
+  for src_len, tgt_len in lengths:
+    assert float(fn(_Batch(4, src_len, tgt_len))) == 4 * (src_len + tgt_len)
+  assert fn.TracingCount() == 2  # The first lengths, then unknown lengths for all the others.
+  assert seen[-1] == (4, 4, None, None)
+  fn(_Batch(3, 8, 16))  # A last, smaller batch: its own trace, its size static for micro-batching.
+  assert fn.TracingCount() == 3 and seen[-1] == (3, 3, 8, 16)
+  fn(_Batch(4, 16, 16))
+  assert fn.TracingCount() == 3
