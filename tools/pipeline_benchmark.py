@@ -3,7 +3,7 @@ r"""GPipe benchmark: throughput over K and M (the paper's Table 1), remat memory
     python tools/pipeline_benchmark.py --out=/tmp/pipeline_benchmark.json
     python tools/pipeline_benchmark.py --quick        # fewer configurations, for a smoke run
 
-Everything runs in one run, side by side, on logical CPU devices with one intra-op thread each and the trainer's
+Everything is measured in one run, side by side, on logical CPU devices with one intra-op thread each and the trainer's
 inter-op threads ("one core = one accelerator"), so the ratios are comparable even on a noisy shared machine; only
 section onecore (and multiprocess) start child processes. A training step here is the forward and backward pass
 (gradients of all weights); the optimizer update is the same for every configuration.
