@@ -1,6 +1,7 @@
 """lingpipe: a TensorFlow 2 layer framework in the style of Lingvo, built around GPipe pipeline parallelism."""
 
 import os as _os
+import sys as _sys
 
 # Hide TensorFlow's C++ start-up INFO lines unless the user chose a level.
 _os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
@@ -12,9 +13,11 @@ if _os.path.isdir(_os.path.join(_ROOT, 'params')) and _os.path.isdir(_os.path.jo
     not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), 'params')):
   __path__.append(_ROOT)  # pylint: disable=undefined-variable
 
-from lingpipe import quiet_import as _quiet_import
+from lingpipe import native_log as _native_log
 
-_quiet_import.ImportTensorFlow()
+if _native_log.IsQuietBinary(_sys.argv):  # lingpipe-train/-worker without --verbose: filtered from the start.
+  _native_log.Filter()
+_native_log.ImportTensorFlow()
 
 from lingpipe.core import base_input_generator  # pylint: disable=g-import-not-at-top
 from lingpipe.core import base_layer
@@ -34,6 +37,7 @@ from lingpipe.core.base_layer import BaseLayer
 from lingpipe.core.base_layer import NumParams
 from lingpipe.core.hyperparams import InstantiableParams
 from lingpipe.core.hyperparams import Params
+from lingpipe.core.memory_stats import EnableAllocatorStats
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.core.weight_init import WeightInit
 from lingpipe.core.weight_init import WeightParams
@@ -57,11 +61,10 @@ from lingpipe.layers.transformer import TransformerLayer
 __version__ = '0.1.0'
 
 __all__ = [
-    'AbstractVariables', 'BaseLayer', 'BatchNormLayer', 'Conv2DLayer', 'DepthwiseConv2DLayer', 'DropoutLayer', 'EmbeddingLayer',
-    'GlobalPoolingLayer', 'InstantiableParams', 'LayerNormLayer', 'MultiHeadAttention', 'NestedMap', 'NumParams', 'Params',
-    'PipeliningLayer',
-    'Pooling2DLayer', 'ProjectionLayer', 'SeparableConv2DLayer', 'SequentialLayer', 'SoftmaxLayer', 'TransformerDecoderLayer',
-    'TransformerLayer', 'WeightInit',
-    'WeightParams', 'base_input_generator', 'base_layer', 'base_model_params', 'base_task', 'cluster', 'context',
-    'errors', 'hyperparams', 'lr_schedule', 'model_registry', 'optimizer', 'remote', 'weight_init',
+    'AbstractVariables', 'BaseLayer', 'BatchNormLayer', 'Conv2DLayer', 'DepthwiseConv2DLayer', 'DropoutLayer',
+    'EmbeddingLayer', 'EnableAllocatorStats', 'GlobalPoolingLayer', 'InstantiableParams', 'LayerNormLayer',
+    'MultiHeadAttention', 'NestedMap', 'NumParams', 'Params', 'PipeliningLayer', 'Pooling2DLayer', 'ProjectionLayer',
+    'SeparableConv2DLayer', 'SequentialLayer', 'SoftmaxLayer', 'TransformerDecoderLayer', 'TransformerLayer',
+    'WeightInit', 'WeightParams', 'base_input_generator', 'base_layer', 'base_model_params', 'base_task', 'cluster',
+    'context', 'errors', 'hyperparams', 'lr_schedule', 'model_registry', 'optimizer', 'remote', 'weight_init',
 ]

@@ -10,7 +10,7 @@ r"""lingpipe-train: train, evaluate, export or inspect a registered model.
         --model_params_override="task.train.learning_rate=0.01;input.batch_size=128"
 
 Errors in what the user gave (unknown model, bad override, unusable checkpoint, missing data) print one line and
-exit with status 1; --verbose adds the traceback.
+exit with status 1; --verbose adds the traceback and TensorFlow's own log lines.
 """
 
 import os
@@ -18,7 +18,8 @@ import sys
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
-from absl import logging
+
+from lingpipe import binary
 
 MODES = ('train', 'eval', 'decode', 'export', 'inspect', 'list')
 
@@ -80,6 +81,7 @@ def Run(argv=None, out=None):
   from lingpipe.runners import evaler  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import exporter  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import inspector  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import logdir_lock  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import train_loop  # pylint: disable=g-import-not-at-top
 
   if FLAGS.mode == 'list':
@@ -96,12 +98,15 @@ def Run(argv=None, out=None):
   if FLAGS.job:
     p.cluster.job = FLAGS.job
   if FLAGS.mode != 'inspect':
-    checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)
+    checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)  # Before the lock: a refused logdir stays untouched.
+  if FLAGS.mode == 'train':
+    with logdir_lock.LogdirLock(FLAGS.logdir, out=out):  # One writer per logdir (logdir_lock.py).
+      checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)  # Again, now that no one else writes there.
+      with cluster.Use(SetUpCluster(p)):
+        return train_loop.TrainLoop(p, FLAGS.logdir, out=out).Run()
   with cluster.Use(SetUpCluster(p)):
     if FLAGS.mode == 'inspect':
       return inspector.Inspect(p, out=out)
-    if FLAGS.mode == 'train':
-      return train_loop.TrainLoop(p, FLAGS.logdir, out=out).Run()
     if FLAGS.mode == 'eval':
       return evaler.Evaluate(p, FLAGS.logdir, FLAGS.checkpoint_path, out=out)
     if FLAGS.mode == 'decode':
@@ -128,25 +133,18 @@ def SetUpCluster(p):
 
 
 def main(argv):
-  if len(argv) > 1:
-    print('lingpipe-train: error: unexpected arguments %s (flags look like --name=value).' % argv[1:],
-          file=sys.stderr)
-    return 2
-  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
-  if not FLAGS.verbose:
-    logging.set_verbosity(logging.WARNING)
-  try:
-    Run()
-  except errors.UserError as e:
-    if FLAGS.verbose:
-      raise
-    print('lingpipe-train: error: %s' % e, file=sys.stderr)
-    return 1
-  return 0
+  status = binary.CheckNoArguments('lingpipe-train', argv)
+  if status is not None:
+    return status
+  binary.QuietUnlessVerbose(FLAGS.verbose)
+  from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
+  memory_stats.EnableAllocatorStats()  # Before TensorFlow starts (memory_stats.py): balance='memory' needs it.
+  return binary.RunUserErrorsAsOneLine('lingpipe-train', Run, FLAGS.verbose)
 
 
 def Main():
   """Console-script entry point."""
+  binary.StartProcess(__doc__, __name__)
   app.run(lambda argv: sys.exit(main(argv)))
 
 

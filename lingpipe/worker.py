@@ -7,6 +7,10 @@ It starts a `tf.distribute.Server` for (job, task) at that task's address, publi
 job and task it was started with) so the trainer can refuse a worker of another cluster (lingpipe/core/remote.py),
 prints one 'ready' line, and serves until SIGTERM or SIGINT, on which it exits with status 0. Mistakes (a task not
 in the spec, a port in use) print one line and exit with status 1.
+
+Security: TensorFlow's gRPC server listens on every interface (0.0.0.0:PORT, whatever host the spec names; TF 2.21
+has no option to bind one address) and authenticates nobody: anyone who reaches the port can run TensorFlow ops in
+this process. Run workers only on a private network or behind a firewall that admits the cluster's hosts.
 """
 
 import os
@@ -17,6 +21,8 @@ import threading
 from absl import app
 from absl import flags
 
+from lingpipe import binary
+
 flags.DEFINE_string('cluster_spec', None, 'The cluster: JSON {"worker": ["host:port", ...]} or '
                     'worker=host:port,host:port; the same on every worker and the trainer.')
 flags.DEFINE_string('job', 'worker', 'This process\'s job in the cluster spec.')
@@ -25,6 +31,7 @@ flags.DEFINE_integer('cpu_devices', 1, 'CPU devices this worker offers (used whe
                      'one pipeline split.')
 flags.DEFINE_integer('intra_op_threads', 0, 'Threads per op (0: TensorFlow\'s default).')
 flags.DEFINE_integer('inter_op_threads', 0, 'Ops run concurrently (0: TensorFlow\'s default).')
+flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors and TensorFlow\'s own log lines.')
 
 FLAGS = flags.FLAGS
 
@@ -56,6 +63,9 @@ def Serve(stop_event=None, out=sys.stdout):
   stop_event = stop_event or threading.Event()
   print('lingpipe-worker %s ready at %s (cluster %s)' % (remote.TaskName(FLAGS.job, FLAGS.task), address,
                                                           remote.SpecText(spec)), file=out, flush=True)
+  print('lingpipe-worker: note: TensorFlow listens on every interface (*:%s) without authentication; keep this '
+        'port on a private network (see lingpipe-worker --help).' % address.rsplit(':', 1)[-1], file=sys.stderr,
+        flush=True)
   while not stop_event.wait(0.5):  # Wakes up to let Python run the signal handlers.
     pass
   print('lingpipe-worker %s stopping' % remote.TaskName(FLAGS.job, FLAGS.task), file=out, flush=True)
@@ -63,30 +73,30 @@ def Serve(stop_event=None, out=sys.stdout):
 
 
 def main(argv):
-  if len(argv) > 1:
-    print('lingpipe-worker: error: unexpected arguments %s (flags look like --name=value).' % argv[1:],
-          file=sys.stderr)
-    return 2
-  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  status = binary.CheckNoArguments('lingpipe-worker', argv)
+  if status is not None:
+    return status
+  binary.QuietUnlessVerbose(FLAGS.verbose)
+  from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
+  memory_stats.EnableAllocatorStats()  # Before the server starts TensorFlow (memory_stats.py).
   stop = threading.Event()
   for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda *unused: stop.set())
-  try:
-    Serve(stop)
-  except errors.UserError as e:
-    print('lingpipe-worker: error: %s' % e, file=sys.stderr, flush=True)
-    return 1
-  return 0
+  return binary.RunUserErrorsAsOneLine('lingpipe-worker', lambda: Serve(stop), FLAGS.verbose)
 
 
 def Main():
   """Console-script entry point. Exits without tearing down the gRPC server, which TensorFlow cannot stop."""
+  from lingpipe import native_log  # pylint: disable=g-import-not-at-top
+
   def Run(argv):
     code = main(argv)
     sys.stdout.flush()
+    native_log.Close()  # os._exit skips atexit, where the filter would write what it kept.
     sys.stderr.flush()
     os._exit(code)  # pylint: disable=protected-access
 
+  binary.StartProcess(__doc__, __name__)
   app.run(Run)
 
 

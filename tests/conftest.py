@@ -1,7 +1,8 @@
-"""Shared test set-up: quiet TensorFlow and four logical CPU devices for pipeline tests.
+"""Shared test set-up: quiet TensorFlow, CPU allocator statistics and four logical CPU devices for pipeline tests.
 
-The devices must exist before TensorFlow initializes its runtime, so they are made here, when pytest imports this
-file, before any test module runs an op.
+All three are settings TensorFlow reads when its runtime starts, so they are made here, when pytest imports this
+file, before any test module runs an op. Allocator statistics (memory_stats.py) are what the remat memory test and
+balance='memory' read; without them a stock tensorflow-cpu keeps none on CPUs where oneDNN is off by default.
 """
 
 import os
@@ -9,6 +10,8 @@ import os
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 from lingpipe.core import cluster  # pylint: disable=g-import-not-at-top
+from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
 
 NUM_TEST_DEVICES = 4
+memory_stats.EnableAllocatorStats()
 cluster.ConfigureLocalDevices(NUM_TEST_DEVICES, intra_op_threads=1, inter_op_threads=4)

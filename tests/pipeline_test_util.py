@@ -79,7 +79,12 @@ def LossAndGrads(layer, inputs, seed=0, step=0):
 
 
 def AssertClose(reference, actual):
-  """float32 transparency: |a - b| <= 1e-5 |b| + 1e-6 max|b| (what held for K=4, M=1..16 on this machine)."""
+  """float32 transparency: |a - b| <= 1e-5 |b| + 1e-6 max|b| (what held for K=4, M=1..16 on this machine), for
+  results of the same structure (a missing or extra gradient fails)."""
+  try:
+    tf.nest.assert_same_structure(reference, actual, check_types=False)
+  except (ValueError, TypeError) as e:
+    raise AssertionError('results differ in structure: %s' % e) from e
   for ref, act in zip(tf.nest.flatten(reference), tf.nest.flatten(actual)):
     ref, act = np.asarray(ref), np.asarray(act)
     scale = np.abs(ref).max() if ref.size else 0.0

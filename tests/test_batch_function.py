@@ -1,5 +1,7 @@
 """BatchFunction: one relaxed trace per batch size, with the batch dimension kept static."""
 
+import logging
+
 import tensorflow as tf
 
 from lingpipe.core.nested_map import NestedMap
@@ -27,3 +29,19 @@ def test_new_lengths_do_not_retrace_and_the_batch_size_stays_static():
   assert fn.TracingCount() == 3 and seen[-1] == (3, 3, 8, 16)
   fn(_Batch(4, 16, 16))
   assert fn.TracingCount() == 3
+
+
+def test_many_batch_sizes_give_no_retracing_warning():
+  """Decoding bucketed data sees a batch size per bucket's last batch: one trace each, which is no retracing."""
+  logged = []
+  handler = logging.Handler()
+  handler.emit = lambda record: logged.append(record.getMessage())
+  tf.get_logger().addHandler(handler)
+  try:
+    fn = batch_function.BatchFunction(lambda batch: tf.reduce_sum(batch.src))
+    for batch_size in range(1, 9):
+      fn(_Batch(batch_size, 8, 8))
+  finally:
+    tf.get_logger().removeHandler(handler)
+  assert fn.TracingCount() == 8
+  assert not [m for m in logged if 'retracing' in m], logged

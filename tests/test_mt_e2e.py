@@ -44,8 +44,17 @@ def test_train_decode_export_and_translate(tmp_path):
       'out = f(sources=tf.constant(["Ich liebe dich.", "Je suis fatigue."]), target_language=tf.constant("en"))\n'
       'print([t.decode() for t in out["translations"].numpy()], out["scores"].shape)\n'
       'print("lingpipe imported:", "lingpipe" in sys.modules, "sentencepiece imported:", "sentencepiece" in '
-      'sys.modules)\n')
+      'sys.modules)\n'
+      'for sources, lang in ((["Ich liebe dich."], "de"), (["Hallo", ""], "en"), ("Hallo", "en")):\n'
+      '  try:\n'
+      '    f(sources=tf.constant(sources), target_language=tf.constant(lang))\n'
+      '  except tf.errors.InvalidArgumentError as e:\n'
+      '    print("refused:", str(e).split("assertion failed: ")[1].splitlines()[0])\n')
   served = subprocess.run([sys.executable, '-c', serve, export_dir], capture_output=True, text=True, timeout=300)
   assert served.returncode == 0, served.stderr[-3000:]
   assert '(2,)' in served.stdout
   assert 'lingpipe imported: False sentencepiece imported: False' in served.stdout
+  assert ('refused: [Input `target_language` must be one of the languages this model translates into (en); got] '
+          '[de]') in served.stdout
+  assert 'refused: [Input `sources` must hold non-empty sentences; these indices are empty:] [1]' in served.stdout
+  assert 'refused: [Input `sources` must have shape [batch] (string); got shape] []' in served.stdout

@@ -6,6 +6,7 @@ reference runs are local, in this process, on the logical CPU devices of conftes
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +95,7 @@ def test_workers_of_another_cluster_and_missing_workers_are_refused(workers, tmp
   assert unreachable.returncode == 1 and time.time() - start < 60
   assert 'Worker /job:worker/replica:0/task:2 at 127.0.0.1:' in unreachable.stderr
   assert 'is unreachable (Connection refused). Start it with: lingpipe-worker' in unreachable.stderr
+  assert swapped.stderr.count('\n') == 1 and unreachable.stderr.count('\n') == 1, swapped.stderr + unreachable.stderr
   assert not os.path.exists(tmp_path / 'b' / 'train')  # Nothing was written.
 
 
@@ -132,6 +134,10 @@ def test_a_worker_that_dies_or_hangs_stops_the_trainer_with_its_name_and_a_rerun
     assert elapsed < bound + 5, (elapsed, text[-1000:])
     assert 'worker /job:worker/replica:0/task:1 at %s' % w.spec['worker'][1] in text, text[-2000:]
     assert 'then rerun the same command to resume from' in text
+    # No TensorFlow or gRPC log lines (native_log.py), and the error is the last line the user sees.
+    lines = text.strip().splitlines()
+    assert not [line for line in lines if re.match(r'^[IWEF]\d{4} ', line)], text[-3000:]
+    assert lines[-1].startswith('lingpipe-train: error: '), text[-3000:]
     if fault == 'killed':
       w.StartWorker(1)
     else:

@@ -77,30 +77,96 @@ def test_deterministic_dropout_is_reproduced_by_the_recompute():
   util.AssertClose(util.LossAndGrads(stored, x, step=5), util.LossAndGrads(recomputed, x, step=5))
 
 
-def test_batch_norm_normalizes_micro_batches_and_updates_averages_once_from_the_whole_batch():
-  layers = [linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8),
-            batch_norm.BatchNormLayer.Params().Set(dim=8, decay=0.9),
-            linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8)]
-  plain, pipe = util.Pair(layers, num_splits=2, num_micro_batches=4, remat='always')
+class _PerMicroBatch:
+  """The plain layer applied to each part of the batch on its own (how GPipe's batch norm sees micro-batches)."""
+
+  def __init__(self, layer, sizes, batch_dim=0):
+    self.layer, self.sizes, self.batch_dim = layer, sizes, batch_dim
+
+  @property
+  def trainable_variables(self):
+    return self.layer.trainable_variables
+
+  def FProp(self, x):
+    return tf.concat([self.layer.FProp(part) for part in tf.split(x, self.sizes, self.batch_dim)], self.batch_dim)
+
+
+def _BatchNormStack(decay):
+  # No bias before batch norm: its gradient is zero in exact arithmetic, so two float results differ by noise only.
+  return [linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8, has_bias=False),
+          batch_norm.BatchNormLayer.Params().Set(dim=8, decay=decay),
+          linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8)]
+
+
+def _ResetAverages(*bns):
+  for bn in bns:
+    bn.moving_mean.assign(tf.zeros_like(bn.moving_mean))
+    bn.moving_variance.assign(tf.ones_like(bn.moving_variance))
+
+
+@pytest.mark.parametrize('policy', ['always', 'never'])
+def test_batch_norm_normalizes_micro_batches_and_updates_averages_once_from_the_whole_batch(policy):
+  plain, pipe = util.Pair(_BatchNormStack(decay=0.9), num_splits=2, num_micro_batches=4, remat=policy)
   x = _Input(batch=16)
-  # Forward: each micro-batch is normalized with its own moments.
-  with context.Training(True):
-    per_micro = tf.concat([plain.FProp(part) for part in tf.split(x, 4)], axis=0)
-  bn = pipe.units[1]
-  for v in (bn.moving_mean, bn.moving_variance):
-    v.assign(tf.zeros_like(v) if 'mean' in v.name else tf.ones_like(v))
-  plain_bn = plain.sub[1]
-  plain_bn.moving_mean.assign(tf.zeros([8]))
-  plain_bn.moving_variance.assign(tf.ones([8]))
-  loss, _, _ = util.LossAndGrads(pipe, x)  # A full training step: forward and re-computing backward.
-  with context.Training(True):
-    np.testing.assert_allclose(pipe.FProp(x), per_micro, rtol=1e-5, atol=1e-5)
-  # Averages: moved once per step (the step above; the FProp just now moved them a second time).
+  # Loss and every gradient: those of the plain model run on each micro-batch on its own.
+  reference = util.LossAndGrads(_PerMicroBatch(plain, [4] * 4), x)
+  _ResetAverages(plain.sub[1], pipe.units[1])
+  util.AssertClose(reference, util.LossAndGrads(pipe, x))  # One training step, forward and backward.
+  # The averages moved once, by the whole batch's moments: as one plain step on the whole batch moves them.
   with context.Training(True):
     plain.FProp(x)
+  for name in ('moving_mean', 'moving_variance'):
+    np.testing.assert_allclose(getattr(pipe.units[1], name).numpy(), getattr(plain.sub[1], name).numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('batch', [6, 7])
+def test_batch_norm_leaves_pad_rows_out_of_every_statistic(batch):
+  # Real rows are centred on 5 and pad rows are zeros: a statistic that counts pad rows is pulled towards 0.
+  plain, pipe = util.Pair(_BatchNormStack(decay=0.0), num_splits=2, num_micro_batches=4, pad=True)
+  x = _Input(batch=batch) + 5.0  # Padded to 8: micro-batches of 2, 2, 2 and 0 (or 1) real rows.
+  sizes = [2, 2, 2] + ([batch - 6] if batch > 6 else [])
+  reference = util.LossAndGrads(_PerMicroBatch(plain, sizes), x)
+  util.AssertClose(reference, util.LossAndGrads(pipe, x))
+  with context.Training(True):
+    plain.FProp(x)  # decay 0: the averages become the real rows' moments.
+  for name in ('moving_mean', 'moving_variance'):
+    np.testing.assert_allclose(getattr(pipe.units[1], name).numpy(), getattr(plain.sub[1], name).numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('pad', [False, True])
+def test_transparency_along_batch_dim_1_with_batch_norm(pad):
+  """Time-major inputs [T, B, D]: splitting, merging, the output gradients and the pad rows all along dim 1."""
+  batch = 6 if pad else 8
+  plain, pipe = util.Pair(_BatchNormStack(decay=0.0), num_splits=2, num_micro_batches=4, batch_dim=1, pad=pad,
+                          remat='always')
+  x = tf.constant(np.random.RandomState(4).normal(size=(3, batch, 8)) + 5.0, tf.float32)
+  reference = util.LossAndGrads(_PerMicroBatch(plain, [2] * (batch // 2), batch_dim=1), x)
+  util.AssertClose(reference, util.LossAndGrads(pipe, x))
+  with context.Training(True):
     plain.FProp(x)
-  np.testing.assert_allclose(bn.moving_mean.numpy(), plain_bn.moving_mean.numpy(), rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(bn.moving_variance.numpy(), plain_bn.moving_variance.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(pipe.units[1].moving_mean.numpy(), plain.sub[1].moving_mean.numpy(), rtol=1e-5,
+                             atol=1e-5)
+
+
+@pytest.mark.parametrize('policy', ['always', 'never'])
+def test_transparency_along_batch_dim_1_and_with_micro_batch_size(policy):
+  x = tf.constant(np.random.RandomState(5).normal(size=(3, 8, 8)), tf.float32)
+  plain, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4, batch_dim=1, remat=policy)
+  util.AssertClose(util.LossAndGrads(plain, x), util.LossAndGrads(pipe, x))
+  plain, pipe = util.Pair(util.Tanh(4), num_splits=2, micro_batch_size=2, remat=policy)
+  util.AssertClose(util.LossAndGrads(plain, x[0]), util.LossAndGrads(pipe, x[0]))
+  assert pipe._NumMicroBatches(x[0]) == 4
+  with pytest.raises(errors.ConfigError, match='batch size 6 is not a multiple of micro_batch_size 4'):
+    util.Pair(util.Tanh(4), num_splits=2, micro_batch_size=4)[1].FProp(x[0, :6])
+
+
+def test_assert_close_compares_structures_not_just_common_prefixes():
+  util.AssertClose([1.0, [2.0, 3.0]], [1.0, [2.0, 3.0]])
+  for shorter_or_other in ([1.0, [2.0]], [1.0, 2.0, 3.0], [1.0, [2.0, 3.5]]):
+    with pytest.raises(AssertionError):
+      util.AssertClose([1.0, [2.0, 3.0]], shorter_or_other)
 
 
 def _StepGraph(pipe, x):

@@ -6,31 +6,15 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
 
 from lingpipe import trainer
 from lingpipe.runners import checkpointer
+import trainer_test_util as util
 
-FLAGS = flags.FLAGS
-FAST = 'task.train.save_interval_steps=5;task.train.log_interval_steps=5;task.train.summary_interval_steps=5'
-
-
-def RunTrainer(capsys, *args):
-  """Runs lingpipe-train's main with `args`; returns (exit code, stdout, stderr)."""
-  FLAGS.unparse_flags()
-  FLAGS(['lingpipe-train'] + list(args))
-  code = trainer.main(['lingpipe-train'])
-  out, err = capsys.readouterr()
-  return code, out, err
-
-
-def _Error(capsys, *args):
-  code, _, err = RunTrainer(capsys, *args)
-  assert code == 1, err
-  lines = err.strip().splitlines()
-  assert len(lines) == 1, err
-  assert lines[0].startswith('lingpipe-train: error: ')
-  return lines[0][len('lingpipe-train: error: '):]
+RunTrainer = util.RunTrainer
+_Error = util.Error
+FAST = util.FAST
+FLAGS = util.FLAGS
 
 
 def test_train_resume_eval_export_inspect(capsys, tmp_path):
@@ -58,8 +42,12 @@ def test_train_resume_eval_export_inspect(capsys, tmp_path):
   code, out, _ = RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=export')
   export_dir = os.path.join(logdir, 'export', 'step_15')
   assert code == 0 and export_dir in out
-  served = tf.saved_model.load(export_dir).signatures['serving_default'](features=tf.zeros([3, 16]))
-  np.testing.assert_allclose(served['probs'].numpy().sum(-1), 1.0, rtol=1e-5)
+  serve = tf.saved_model.load(export_dir).signatures['serving_default']
+  np.testing.assert_allclose(serve(features=tf.zeros([3, 16]))['probs'].numpy().sum(-1), 1.0, rtol=1e-5)
+  for wrong, got in ((tf.zeros([3, 5]), '[3 5]'), (tf.zeros([3, 16, 1]), '[3 16 1]'), (tf.zeros([16]), '[16]')):
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+      serve(features=wrong)
+    assert 'Input `features` must have shape [batch, 16] (float32); got shape] %s' % got in str(e.value)
 
   code, out, _ = RunTrainer(capsys, '--model=synthetic.Mlp', '--mode=inspect')
   assert code == 0 and 'mlp/network/sub_0/w' in out and '16x64' in out and 'trainable parameters' in out
@@ -135,21 +123,45 @@ def test_checkpoint_of_a_changed_model_is_refused(capsys, tmp_path):
   assert open(os.path.join(logdir, 'params.txt')).read() == before
 
 
-def test_corrupt_checkpoint_names_the_file(capsys, tmp_path):
-  logdir = str(tmp_path / 'run')
-  assert RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=2')[0] == 0
-  data = [f for f in os.listdir(os.path.join(logdir, 'train')) if '.data-' in f][0]
-  path = os.path.join(logdir, 'train', data)
+def _Truncate(path):
   with open(path, 'r+b') as f:
     f.truncate(os.path.getsize(path) // 2)
-  line = _Error(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=4')
-  assert line.startswith('Checkpoint %s/train/ckpt-2 (files: ckpt-2.data-00000-of-00001, ckpt-2.index) is '
-                         'corrupt or truncated' % logdir), line
+
+
+def test_corrupt_newest_checkpoint_advice_works_and_training_falls_back(capsys, tmp_path):
+  logdir = str(tmp_path / 'run')
+  train_dir = os.path.join(logdir, 'train')
+  assert RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=4',
+                    '--model_params_override=task.train.save_interval_steps=2')[0] == 0
+  _Truncate(os.path.join(train_dir, 'ckpt-4.data-00000-of-00001'))
   line = _Error(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=eval')
-  assert 'is corrupt or truncated' in line
-  os.remove(os.path.join(logdir, 'train', 'ckpt-2.index'))
+  assert line.startswith('Checkpoint %s/ckpt-4 (files: ckpt-4.data-00000-of-00001, ckpt-4.index) is corrupt or '
+                         'truncated' % train_dir), line
+  advice = '--checkpoint_path=%s/ckpt-2' % train_dir
+  assert 'The newest checkpoint that restores is ckpt-2: pass %s to use it' % advice in line
+  code, out, err = RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=eval', advice)
+  assert code == 0 and 'Eval of synthetic.Mlp at step 2' in out, err  # The advice works as written.
+
+  code, out, err = RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=6')
+  assert code == 0, err
+  assert 'ckpt-4 (files: ckpt-4.data-00000-of-00001, ckpt-4.index) is corrupt or truncated' in out
+  assert 'Moved its files to %s/corrupt.' % train_dir in out
+  assert 'Resumed from %s/ckpt-2 at step 2.' % train_dir in out and 'step 6/6' in out
+  assert sorted(os.listdir(os.path.join(train_dir, 'corrupt'))) == ['ckpt-4.data-00000-of-00001', 'ckpt-4.index']
+  assert checkpointer.LatestCheckpoint(train_dir) == os.path.join(train_dir, 'ckpt-6')
+
+
+def test_a_lone_corrupt_checkpoint_is_kept_and_training_does_not_start_over(capsys, tmp_path):
+  logdir = str(tmp_path / 'run')
+  train_dir = os.path.join(logdir, 'train')
+  assert RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=2')[0] == 0
+  _Truncate(os.path.join(train_dir, 'ckpt-2.data-00000-of-00001'))
+  line = _Error(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=4')
+  assert line.startswith('No checkpoint in %s restores: ckpt-2 moved to %s/corrupt.' % (train_dir, train_dir))
+  assert not [f for f in os.listdir(train_dir) if f.startswith('ckpt-')]
+  os.remove(os.path.join(train_dir, 'corrupt', 'ckpt-2.index'))
   assert _Error(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=eval').startswith(
-      'Checkpoint %s/train/ckpt-2 is missing its .index file' % logdir)
+      'No complete checkpoint in %s: train first' % train_dir)
 
 
 def test_nan_loss_stops_and_keeps_last_good_checkpoint(capsys, tmp_path):

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from lingpipe.runners import checkpointer
+
 pytestmark = pytest.mark.slow
 
 TRAINER = [sys.executable, '-m', 'lingpipe.trainer']
@@ -38,8 +40,10 @@ def test_killed_run_resumes_then_evals_and_exports_a_servable_model(tmp_path):
     time.sleep(0.2)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
-  killed_at = _LatestStep(train_dir)
-  assert killed_at >= 150, proc.stdout.read()
+  assert _LatestStep(train_dir) >= 150, proc.stdout.read()
+  # The newest complete checkpoint: the index's latest, or a newer one whose save the kill cut off between its
+  # files and the index (the rerun adopts it, checkpointer.Candidates).
+  killed_at = checkpointer.Step(checkpointer.LatestCheckpoint(train_dir))
 
   resumed = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=%d' % (killed_at + 100),
                  '--model_params_override=' + override)
@@ -107,9 +111,17 @@ if "paddings" in feeds:
 out = fn(**feeds)
 assert "lingpipe" not in sys.modules
 print("served", sorted(out))
+if "paddings" in feeds:
+  try:
+    fn(ids=feeds["ids"], paddings=feeds["paddings"][:, :2])
+  except tf.errors.InvalidArgumentError as e:
+    print("refused", str(e).split("assertion failed: ")[1].splitlines()[0])
 ''', export_dir], capture_output=True, text=True, timeout=120)
   assert serve.returncode == 0, serve.stderr
   assert 'served' in serve.stdout
+  if model == 'synthetic.TransformerStackGPipe':
+    assert 'refused [Inputs `ids` and `paddings` must have the same shape [batch, time]; got] [3 5] [3 2]' in \
+        serve.stdout
 
 
 def test_image_task_trains_on_the_sample_evals_exports_and_classifies(tmp_path):

@@ -6,12 +6,18 @@ r"""Runs lingpipe-train against N lingpipe-worker processes on this machine, in 
 
 Starts the workers on free loopback ports (each with --cpu_devices devices; --pin puts worker i on core
 i mod #cores), waits until each is ready, runs the trainer with --cluster_spec set to them and the flags after
-`--`, then stops the workers (SIGTERM) whatever happened. Exits with the trainer's status. Worker logs go to
---log_dir (default: a temporary directory, printed).
+`--`, then stops the workers (SIGTERM). Exits with the trainer's status. Worker logs go to --log_dir (default: a
+temporary directory, printed).
+
+Nothing outlives the launcher: SIGTERM, SIGINT or SIGHUP to it stops the trainer (SIGTERM; checkpoints are atomic,
+so a rerun resumes from the last one) and then the workers, and it exits with 128 + the signal; if it is killed
+outright (SIGKILL), Linux sends its children SIGTERM (a parent-death signal, local_cluster.ChildSetup). The children
+share its process group, so `kill -- -PGID` reaches all of them too.
 """
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 
@@ -38,11 +44,43 @@ def main(argv=None):
     print('Workers: %s (logs in %s)' % (workers.spec_text, workers.log_dir), flush=True)
     with workers:
       command = [sys.executable, '-m', 'lingpipe.trainer', '--cluster_spec=' + workers.spec_text]
-      return subprocess.call(command + args.trainer_flags)
+      trainer = subprocess.Popen(command + args.trainer_flags, preexec_fn=local_cluster.ChildSetup())
+      return WaitForTrainer(trainer)
   except errors.UserError as e:
     print('launch_local: error: %s' % e, file=sys.stderr)
     return 1
+  except _Stopped as e:  # A signal while the workers started.
+    return 128 + e.signum
+
+
+class _Stopped(Exception):
+
+  def __init__(self, signum):
+    super().__init__(signum)
+    self.signum = signum
+
+
+def _RaiseStopped(signum, unused_frame):
+  raise _Stopped(signum)
+
+
+def WaitForTrainer(trainer, grace_s=30.0):
+  """The trainer's exit status; a stop signal to the launcher is passed on to it (SIGTERM, then SIGKILL after
+  grace_s) and gives 128 + the signal. The workers are stopped by the caller's `with`."""
+  try:
+    return trainer.wait()
+  except _Stopped as e:
+    print('launch_local: stopping the trainer and the workers (signal %d)' % e.signum, file=sys.stderr, flush=True)
+    trainer.terminate()
+    try:
+      trainer.wait(grace_s)
+    except subprocess.TimeoutExpired:
+      trainer.kill()
+      trainer.wait()
+    return 128 + e.signum
 
 
 if __name__ == '__main__':
+  for stop_signal in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(stop_signal, _RaiseStopped)
   sys.exit(main())

@@ -40,6 +40,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lingpipe.core import cluster  # pylint: disable=g-import-not-at-top
+from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
 
 NUM_DEVICES = 4
 
@@ -161,12 +162,9 @@ def TimedStep(step, inputs):
 
 
 def PeakMiB(step, inputs):
-  """Peak memory of one step above what was allocated before it (get_memory_info('CPU:0'): one allocator for
-  all logical CPU devices)."""
-  tf.config.experimental.reset_memory_stats('CPU:0')
-  base = tf.config.experimental.get_memory_info('CPU:0')['current']
-  step(inputs)
-  return (tf.config.experimental.get_memory_info('CPU:0')['peak'] - base) / 2**20
+  """Peak memory of one step above what was allocated before it (on CPU one allocator for all logical devices;
+  ConfigureLocalDevices above enabled its statistics)."""
+  return memory_stats.PeakBytes(lambda: step(inputs), 'CPU:0', 'The remat section') / 2**20
 
 
 def Measure(model, k=None, m=1, remat='never', steps=None):

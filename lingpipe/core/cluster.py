@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
+from lingpipe.core import memory_stats
 
 MESH_ORDERS = ('replica_major', 'split_major')
 DEVICE_TYPES = ('auto', 'GPU', 'CPU')
@@ -69,6 +70,7 @@ def ConfigureLocalDevices(num_devices, intra_op_threads=1, inter_op_threads=None
   """
   if num_devices < 1:
     raise errors.ConfigError('num_devices must be >= 1, got %d.' % num_devices)
+  memory_stats.EnableAllocatorStats()  # Also a before-TensorFlow-starts setting (memory_stats.py).
   with _LOCK:
     gpus = tf.config.list_physical_devices('GPU')
     if len(gpus) >= num_devices:

@@ -15,7 +15,7 @@ import tensorflow as tf
 _STATE = threading.local()
 # Each entry: a stack of values, innermost last, with its value outside any block.
 _DEFAULTS = {'training': False, 'step_seed': None, 'micro_batch': None, 'bn_stats': None, 'exporting': False,
-             'replica': 0}
+             'replica': 0, 'real_rows': None}
 
 
 def _Current(name):
@@ -83,32 +83,53 @@ def CurrentReplica():
   return _Current('replica')
 
 
+def RealRows(batch_dim, count):
+  """Within this block, only the first `count` (an int tensor) rows along `batch_dim` of the batch are real; the
+  rest are padding (a pipeline with pad=True), which batch statistics must leave out."""
+  return _Push('real_rows', (batch_dim, count))
+
+
+def CurrentRealRows():
+  """(batch_dim, count) of the innermost RealRows block, or None when every row is real."""
+  return _Current('real_rows')
+
+
 class BatchNormStats:
   """Collects batch-norm moments instead of updating moving averages, so that they move once per step.
 
   A pipeline collects the moments of every micro-batch, and the task those of every replica; `Update()` then moves
-  each layer's averages once, by the mean and variance of all the parts together (parts of equal size), which is
-  what the plain model computes from the whole mini-batch. With discard=True the moments are dropped: used while
-  re-computing a forward pass in the backward.
+  each layer's averages once, by the mean and variance of all the parts together, each part weighted by its
+  `weight` (its number of real rows when some are padding, else 1 for parts of equal size): what the plain model
+  computes from the whole mini-batch. With discard=True the moments are dropped: used while re-computing a
+  forward pass in the backward.
   """
 
   def __init__(self, discard=False):
     self.discard = discard
-    self.moments = {}  # layer path -> (layer, [(mean, variance) of each part])
+    self.moments = {}  # layer path -> (layer, [(mean, variance, weight) of each part])
 
-  def Add(self, layer, mean, variance):
+  def Add(self, layer, mean, variance, weight=1.0):
     if not self.discard:
-      self.moments.setdefault(layer.path, (layer, []))[1].append((mean, variance))
+      self.moments.setdefault(layer.path, (layer, []))[1].append((mean, variance, weight))
 
   def Update(self):
     """Moves each layer's moving averages once, by the pooled moments of its parts; returns the update ops."""
     updates = []
     for layer, parts in self.moments.values():
       with tf.device(layer.moving_mean.device):
-        mean = tf.reduce_mean(tf.stack([m for m, _ in parts]), axis=0)
-        second = tf.reduce_mean(tf.stack([v + tf.square(m) for m, v in parts]), axis=0)
-        updates.append(layer.UpdateMovingStats(mean, second - tf.square(mean)))
+        mean, variance = PoolMoments(parts)
+        updates.append(layer.UpdateMovingStats(mean, variance))
     return updates
+
+
+def PoolMoments(parts):
+  """(mean, variance) of the union of parts [(mean, variance, weight)], weighting each by its weight."""
+  dtype = parts[0][0].dtype
+  weights = [tf.cast(w, dtype) for _, _, w in parts]
+  total = tf.add_n(weights)
+  mean = tf.math.divide_no_nan(tf.add_n([w * m for w, (m, _, _) in zip(weights, parts)]), total)
+  second = tf.math.divide_no_nan(tf.add_n([w * (v + tf.square(m)) for w, (m, v, _) in zip(weights, parts)]), total)
+  return mean, second - tf.square(mean)
 
 
 def CollectBatchNormStats(collector):

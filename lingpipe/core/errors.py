@@ -68,3 +68,11 @@ def DidYouMean(name, candidates):
 
 class ClusterError(UserError, ConnectionError):
   """A worker that is unreachable, died, hangs, or was started for another cluster."""
+
+
+class DiskFullError(UserError, OSError):
+  """A file could not be written because its filesystem is full (nothing was lost)."""
+
+
+class LogdirBusyError(UserError, RuntimeError):
+  """Another process is training in the same logdir."""

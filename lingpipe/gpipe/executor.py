@@ -101,7 +101,8 @@ def Forward(cell_fns, params, devices, micro, stacked, training, stash, loop, ta
   `micro`: the micro-batches, a list; `stacked`: the same as microbatch.Stacked gives them (used when Looped).
 
   Returns the state: {'outs': TensorArrays of the last cell's outputs, 'stash': {k: TensorArrays of cell k's
-  inputs} (k >= 1, when `stash`), 'bn': {path: [[sum of means, sum of mean^2 + variance]]}, 'like': {k: structure
+  inputs} (k >= 1, when `stash`), 'bn': {path: [[sums of w * mean, of w * (mean^2 + variance), of w]]} (w: the
+  part's weight), 'like': {k: structure
   of cell k's inputs}, 'out_like': the structure of the outputs, 'inputs': the micro-batches (MicroBatches),
   which the backward reads again}. Tasks in `taped` (only without `loop`) run under a GradientTape
   recorded in `record[(m, k)] = (inputs, outputs, tape)`.
@@ -138,7 +139,7 @@ def Forward(cell_fns, params, devices, micro, stacked, training, stash, loop, ta
         state['outs'] = _Write(state['outs'], m, cell_out, num_micro, devices[k])
       with tf.device(devices[k]):
         for path, parts in stats.items():
-          sums = [[mean, variance + tf.square(mean)] for mean, variance in parts]
+          sums = [[w * mean, w * (variance + tf.square(mean)), w] for mean, variance, w in parts]
           if path in state['bn']:
             sums = [[a + b for a, b in zip(old, new)] for old, new in zip(state['bn'][path], sums)]
           state['bn'][path] = sums
@@ -150,14 +151,15 @@ def Forward(cell_fns, params, devices, micro, stacked, training, stash, loop, ta
   return state
 
 
-def BatchNormMoments(bn_sums, num_micro):
-  """{path: [(mean, variance)]} pooled over the micro-batches from Forward's sums."""
+def BatchNormMoments(bn_sums):
+  """{path: [(mean, variance, weight)]} pooled over the micro-batches from Forward's weighted sums (each
+  micro-batch weighs its number of real rows, or 1 when none is padding; context.BatchNormStats)."""
   pooled = {}
   for path, parts in bn_sums.items():
     pooled[path] = []
-    for sum_mean, sum_second in parts:
-      mean = sum_mean / num_micro
-      pooled[path].append((mean, sum_second / num_micro - tf.square(mean)))
+    for sum_mean, sum_second, total in parts:
+      mean = tf.math.divide_no_nan(sum_mean, total)
+      pooled[path].append((mean, tf.math.divide_no_nan(sum_second, total) - tf.square(mean), total))
   return pooled
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.core import memory_stats
 
 METHODS = ('uniform', 'params', 'flops', 'time', 'memory')
 
@@ -113,10 +114,7 @@ def _MeasureTime(run, repeats):
 
 def _MeasureMemory(run, repeats):
   del repeats
-  tf.config.experimental.reset_memory_stats('CPU:0')
-  before = tf.config.experimental.get_memory_info('CPU:0')['current']
-  run()
-  return max(tf.config.experimental.get_memory_info('CPU:0')['peak'] - before, 1)
+  return max(memory_stats.PeakBytes(run, what="balance='memory'"), 1)
 
 
 def LayerCosts(layer_params, method, input_shapes=None, sample_inputs=None):
@@ -133,6 +131,8 @@ def LayerCosts(layer_params, method, input_shapes=None, sample_inputs=None):
     if sample_inputs is None:
       raise errors.ConfigError("balance=%r profiles the layers and needs a sample batch (PipeliningLayer."
                                "input_shapes makes a random one)." % method)
+    if method == 'memory':  # Before building anything: a process without allocator statistics fails at once.
+      memory_stats.CheckAvailable(memory_stats.MeasuredDevice(), "balance='memory'")
     return _Profile(layer_params, sample_inputs, _MeasureTime if method == 'time' else _MeasureMemory)
   raise errors.ConfigError('Unknown balance method %r; expected a list of layer counts or one of %s.%s' % (
       method, ', '.join(METHODS), errors.DidYouMean(str(method), METHODS)))

@@ -23,6 +23,8 @@ What crosses a cell boundary is whatever the last layer of the cell returns: a t
 extra fields carry skip connections and side inputs (masks, paddings) to later cells.
 """
 
+import contextlib
+
 import numpy as np
 import tensorflow as tf
 
@@ -217,22 +219,32 @@ class PipeliningLayer(base_layer.BaseLayer):
         raise
     return x
 
-  def _Body(self, k, r, training, inputs, micro_batch_index, params, collector):
-    """Cell k of replica r on `inputs`, reading its trainable variables as the tensors `params`."""
+  def _Body(self, k, r, training, inputs, micro_batch_index, params, collector, padding=None):
+    """Cell k of replica r on `inputs`, reading its trainable variables as the tensors `params`. `padding`:
+    (M, pad rows, micro-batch size) when the batch was padded (the last rows of the last micro-batches are pad
+    rows, which batch statistics leave out: context.RealRows), else None."""
     with tf.device(self._mesh[r][k]), context.Training(training), context.MicroBatch(micro_batch_index), \
-        context.CollectBatchNormStats(collector), \
+        context.CollectBatchNormStats(collector), self._RealRows(padding, micro_batch_index), \
         base_layer.VariablesAs(self.CellLayers(k), self._cell_params[k].Values(params)):
       return self._RunCell(k, inputs)
 
-  def _CellFn(self, k, r, training):
+  def _RealRows(self, padding, micro_batch_index):
+    if padding is None:
+      return contextlib.nullcontext()
+    num_micro, pad_rows, size = padding
+    first = tf.cast(micro_batch_index, tf.int32) * size
+    return context.RealRows(self.params.batch_dim, tf.clip_by_value(num_micro * size - pad_rows - first, 0, size))
+
+  def _CellFn(self, k, r, training, padding=None):
     """A tf.function running cell k of replica r on its device: (inputs, micro-batch index, parameter values) ->
-    (outputs, bn moments {layer path: [(mean, variance)]})."""
-    key = ('forward', k, r, training)
+    (outputs, bn moments {layer path: [(mean, variance, weight)]}). One per `padding` (see _Body), which the
+    trace bakes in."""
+    key = ('forward', k, r, training, padding)
     if key not in self._cell_fns:
 
       def Cell(inputs, micro_batch_index, params):
         collector = context.BatchNormStats()
-        outputs = self._Body(k, r, training, inputs, micro_batch_index, params, collector)
+        outputs = self._Body(k, r, training, inputs, micro_batch_index, params, collector, padding)
         return outputs, {path: parts for path, (_, parts) in collector.moments.items()}
 
       # Not inlined: the graph keeps one call per (micro-batch, cell) instead of M copies of every cell, which keeps
@@ -240,13 +252,14 @@ class PipeliningLayer(base_layer.BaseLayer):
       self._cell_fns[key] = tf.function(Cell, autograph=False, experimental_attributes={'_noinline': True})
     return self._cell_fns[key]
 
-  def _BackwardFn(self, k, r):
-    """Cell k's re-computing backward task in replica r (remat.AccumulatingBackward), traced once and called per
-    micro-batch."""
-    key = ('backward', k, r)
+  def _BackwardFn(self, k, r, padding=None):
+    """Cell k's re-computing backward task in replica r (remat.AccumulatingBackward), traced once per `padding`
+    and called per micro-batch."""
+    key = ('backward', k, r, padding)
     if key not in self._cell_fns:
       # Re-computation must not move batch-norm averages again: its moments are discarded.
-      fn = lambda a, index, params: self._Body(k, r, True, a, index, params, context.BatchNormStats(discard=True))
+      fn = lambda a, index, params: self._Body(k, r, True, a, index, params, context.BatchNormStats(discard=True),
+                                               padding)
       self._cell_fns[key] = remat.AccumulatingBackward(fn, self._mesh[r][k])
     return self._cell_fns[key]
 
@@ -295,21 +308,29 @@ class PipeliningLayer(base_layer.BaseLayer):
       with tf.device(devices[k]):
         params.append(self._cell_params[k].Read())
     record = {}
-    state = executor.Forward([self._CellFn(k, r, training) for k in range(self._num_cells)], params, devices, micro,
-                             stacked, training, stash=training, loop=looped, taped=taped, record=record)
+    padding = self._Padding(micro, num_micro, pad_rows) if training else None
+    state = executor.Forward([self._CellFn(k, r, training, padding) for k in range(self._num_cells)], params,
+                             devices, micro, stacked, training, stash=training, loop=looped, taped=taped,
+                             record=record)
     # With data parallelism the task collects the moments of every replica and moves the averages once.
     outer = context.CurrentBatchNormStats()
     moments = outer or context.BatchNormStats()
     layers_by_path = {layer.path: layer for layer in self.Walk()}
-    for path, parts in executor.BatchNormMoments(state['bn'], num_micro).items():
-      for mean, variance in parts:
-        moments.Add(layers_by_path[path], mean, variance)
+    for path, parts in executor.BatchNormMoments(state['bn']).items():
+      for mean, variance, weight in parts:
+        moments.Add(layers_by_path[path], mean, variance, weight)
     if training and outer is None:  # Moving averages move once per step, by the moments of all micro-batches.
       moments.Update()
     with tf.device(devices[-1]):
       outputs = microbatch.MergeStacked(executor.Outputs(state), p.batch_dim, pad_rows)
     return outputs, NestedMap(state=state, record=record, params=params, pad_rows=pad_rows,
-                              num_micro=num_micro, looped=looped)
+                              num_micro=num_micro, looped=looped, padding=padding)
+
+  def _Padding(self, micro, num_micro, pad_rows):
+    """(M, pad rows, micro-batch size) of a padded batch (see _Body), or None."""
+    if not pad_rows:
+      return None
+    return num_micro, pad_rows, int(tf.nest.flatten(micro[0])[0].shape[self.params.batch_dim])
 
   def _TrainFProp(self, inputs):
     p = self.params
@@ -348,7 +369,7 @@ class PipeliningLayer(base_layer.BaseLayer):
           dy_stacked = (microbatch.Stacked(dy, forward.num_micro, p.batch_dim, forward.pad_rows)
                         if forward.looped else None)
         first, accumulated = executor.Backward(
-            [self._BackwardFn(k, r) for k in range(self._num_cells)], forward.params,
+            [self._BackwardFn(k, r, forward.padding) for k in range(self._num_cells)], forward.params,
             [cp.Zeros for cp in self._cell_params], devices, dy_micro, dy_stacked, forward.state,
             loop=forward.looped, taped_backward=_TapedBackward, record=forward.record)
         with tf.device(devices[0]):

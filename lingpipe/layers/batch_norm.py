@@ -39,8 +39,26 @@ class BatchNormLayer(base_layer.BaseLayer):
     self.CreateVariable('moving_variance', weight_init.WeightParams([p.dim], ones, trainable=False))
 
   def ComputeMoments(self, inputs):
-    """(mean, variance) of `inputs` over every axis but the last."""
-    return tf.nn.moments(inputs, axes=list(range(inputs.shape.rank - 1)))
+    """(mean, variance, weight) of `inputs` over every axis but the last. Inside context.RealRows only the real
+    rows count, and the weight is their number (else 1): pad rows enter no statistic."""
+    axes = list(range(inputs.shape.rank - 1))
+    real_rows = context.CurrentRealRows()
+    if real_rows is None:
+      mean, variance = tf.nn.moments(inputs, axes=axes)
+      return mean, variance, tf.ones([], inputs.dtype)
+    batch_dim, count = real_rows
+    if batch_dim not in axes:
+      raise errors.ShapeError('Layer %s: inputs of shape %s have no batch dimension %d (the pipeline\'s '
+                              'batch_dim) to leave its pad rows out of.' % (self.path, inputs.shape, batch_dim))
+    mask = tf.sequence_mask(count, tf.shape(inputs)[batch_dim], dtype=inputs.dtype)
+    mask = tf.reshape(mask, [-1 if i == batch_dim else 1 for i in range(inputs.shape.rank)])
+    weights = tf.broadcast_to(mask, tf.shape(inputs))
+    total = tf.reduce_sum(weights, axis=axes)
+    mean = tf.math.divide_no_nan(tf.reduce_sum(weights * inputs, axis=axes), total)  # 0 for an all-pad part.
+    # As tf.nn.moments: no gradient through the mean inside the variance (the same value, the same float path).
+    variance = tf.math.divide_no_nan(
+        tf.reduce_sum(weights * tf.math.squared_difference(inputs, tf.stop_gradient(mean)), axis=axes), total)
+    return mean, variance, tf.cast(count, inputs.dtype)
 
   def UpdateMovingStats(self, mean, variance):
     """Moves the moving averages towards (mean, variance); returns the update ops' group."""
@@ -52,12 +70,12 @@ class BatchNormLayer(base_layer.BaseLayer):
     p = self.params
     self.CheckInputShape(inputs, min_rank=2, last_dim=p.dim)
     if context.IsTraining() and not p.use_moving_stats_in_training:
-      mean, variance = self.ComputeMoments(inputs)
+      mean, variance, weight = self.ComputeMoments(inputs)
       collector = context.CurrentBatchNormStats()
       if collector is None:
         self.UpdateMovingStats(mean, variance)
       else:  # Inside a pipeline: the moving averages are updated once per step from all micro-batches.
-        collector.Add(self, mean, variance)
+        collector.Add(self, mean, variance, weight)
     else:
       mean, variance = self.moving_mean, self.moving_variance
     return tf.nn.batch_normalization(inputs, mean, variance, self.beta, self.gamma, p.epsilon)

@@ -11,6 +11,8 @@ It would also relax the batch dimension when it varies (a last, smaller batch), 
 its own relaxed function; the leading dimension is taken to be the batch, as lingpipe's input generators make it.
 """
 
+import functools
+
 import tensorflow as tf
 
 
@@ -24,7 +26,9 @@ class BatchFunction:
   def __call__(self, batch):
     key = tuple(t.shape[0] if t.shape.rank else None for t in tf.nest.flatten(batch))
     if key not in self._by_batch_size:
-      self._by_batch_size[key] = tf.function(self._fn, autograph=False, reduce_retracing=True)
+      # TensorFlow counts traces per Python function (its code object) and warns of "excessive retracing" after
+      # five: a partial (no code object of its own) gives each batch size its own count, as it has its own trace.
+      self._by_batch_size[key] = tf.function(functools.partial(self._fn), autograph=False, reduce_retracing=True)
     return self._by_batch_size[key](batch)
 
   def TracingCount(self):

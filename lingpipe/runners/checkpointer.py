@@ -1,48 +1,42 @@
-"""Checkpoints and the logdir: atomic writes, resume, and clear errors for checkpoints that cannot be used.
+"""Checkpoints and the logdir: resume from the newest complete checkpoint, restore exactly a model's variables, and
+clear errors for checkpoints that cannot be used. Nothing a run did not write itself is overwritten or deleted.
 
-A logdir belongs to one model: `params.txt` records it, and a run of another model there is refused before
-anything is written. Checkpoints go through `tf.train.CheckpointManager`, which writes the data files first and
-the `checkpoint` index last (atomically), so a run killed mid-save resumes from the previous good checkpoint.
+`tf.train.CheckpointManager` writes a checkpoint's data files and .index, then names it in the `checkpoint` index
+(each step atomic). What can go wrong, and what lingpipe does:
+  - killed mid-save: the index still names the previous checkpoint, and training resumes from it; a save that
+    completed but missed the index (killed between the two) is adopted into it.
+  - the index lost or unreadable: training rebuilds it from the complete checkpoints on disk and says so (it used
+    to start over from step 0 and write new ckpt-N over the old ones); eval, decode and export read the disk.
+  - the newest checkpoint corrupt or truncated: training moves its files into train/corrupt/ and resumes from the
+    newest one that restores, saying so; eval, decode and export name that one for --checkpoint_path.
+  - a checkpoint of another model: resuming requires an exact match (assert_consumed); eval, decode and export
+    require every variable of the task to be in the checkpoint and every task variable of the checkpoint to be in
+    the model (`CheckTaskVariables`). Partial restores are only for init_from_checkpoint, where they are explicit.
+A logdir belongs to one model, recorded in params.txt, which always describes the checkpoints beside it.
 """
 
 import os
-import shutil
 import re
-import tempfile
+import shutil
 
 import tensorflow as tf
 from google.protobuf import text_format
 
 from lingpipe.core import cluster
 from lingpipe.core import errors
+from lingpipe.runners import safe_write
 
 PARAMS_FILE = 'params.txt'
 TRAIN_DIR = 'train'
+CORRUPT_DIR = 'corrupt'
+INDEX_FILE = 'checkpoint'
+_CHECKPOINT_INDEX = re.compile(r'^(.+)-(\d+)\.index$')
+_DATA_SHARD = re.compile(r'\.data-(\d+)-of-(\d+)$')
+_VALUE_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
 
 
-def _AtomicReplace(path, fill):
-  """Lets fill(temporary path) write the file, then renames it to `path`, so readers never see half a file."""
-  directory = os.path.dirname(path) or '.'
-  os.makedirs(directory, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.')
-  os.close(fd)
-  try:
-    fill(tmp)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
-def AtomicWrite(path, text):
-  """Writes `text` to `path` through a temporary file and a rename."""
-
-  def Fill(tmp):
-    with open(tmp, 'w') as f:
-      f.write(text)
-
-  _AtomicReplace(path, Fill)
+class CorruptCheckpointError(errors.CheckpointError):
+  """A checkpoint whose files are truncated, damaged or missing."""
 
 
 def RecordedModel(logdir):
@@ -64,13 +58,23 @@ def CheckLogdirModel(logdir, model):
         'one to start over.' % (logdir, recorded, os.path.join(logdir, PARAMS_FILE), model))
 
 
-def CopyAtomically(source, path):
-  """Copies a file through a temporary file and a rename."""
-  _AtomicReplace(path, lambda tmp: shutil.copyfile(source, tmp))
-
-
-def WriteParams(logdir, params):
-  AtomicWrite(os.path.join(logdir, PARAMS_FILE), params.ToText())
+def WriteParams(logdir, params, resumed_step):
+  """Writes logdir/params.txt. If it held other params, they described the checkpoints up to `resumed_step`: they
+  are kept as params.step_<resumed_step>.txt. Returns a line saying what changed, or None."""
+  path = os.path.join(logdir, PARAMS_FILE)
+  text = params.ToText()
+  old = open(path).read() if os.path.exists(path) else None
+  if old == text:
+    return None
+  note = None
+  if old is not None:
+    kept = os.path.join(logdir, 'params.step_%d.txt' % resumed_step)
+    safe_write.AtomicWrite(kept, old, 'params')
+    changed = [line.split(' : ')[0] for line in set(text.splitlines()) ^ set(old.splitlines())]
+    note = 'Params changed since step %d (%s); the earlier ones are in %s.' % (
+        resumed_step, ', '.join(sorted(set(changed))[:6]) + (', ...' if len(set(changed)) > 6 else ''), kept)
+  safe_write.AtomicWrite(path, text, 'params')
+  return note
 
 
 def Options():
@@ -80,56 +84,192 @@ def Options():
   return tf.train.CheckpointOptions(experimental_io_device=io_device) if io_device else None
 
 
-def _CheckpointFiles(path):
-  directory = os.path.dirname(path)
-  prefix = os.path.basename(path)
+# -- what is on disk ---------------------------------------------------------------------------------------------
+def CheckpointFiles(prefix):
+  """The files of checkpoint `prefix` (its .index and data shards), sorted."""
+  directory, name = os.path.split(prefix)
   if not os.path.isdir(directory):
     return []
-  return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.startswith(prefix + '.'))
+  return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.startswith(name + '.'))
 
 
-def Restore(checkpoint, path, partial=False):
-  """Restores `checkpoint` from `path`, turning unusable checkpoints into CheckpointError.
+def Step(prefix):
+  m = re.search(r'-(\d+)$', prefix)
+  return int(m.group(1)) if m else -1
 
-  partial=False requires the checkpoint and the objects to match exactly (resuming training); partial=True only
-  requires every object of ours to be found (evaluation and export, which have no optimizer).
+
+def Incomplete(prefix):
+  """Why checkpoint `prefix` cannot be complete ('' if its .index reads and all its data shards exist)."""
+  files = [os.path.basename(f) for f in CheckpointFiles(prefix)]
+  name = os.path.basename(prefix)
+  if name + '.index' not in files:
+    return 'no %s.index (found: %s)' % (name, ', '.join(files) or 'nothing')
+  shards = [_DATA_SHARD.search(f) for f in files]
+  counts = {int(m.group(2)) for m in shards if m}
+  if len(counts) != 1 or len([m for m in shards if m]) != counts.pop():
+    return 'data shards missing (found: %s)' % ', '.join(files)
+  try:
+    tf.train.load_checkpoint(prefix)
+  except (tf.errors.OpError, ValueError) as e:
+    return 'unreadable %s.index (%s)' % (name, str(e).strip().splitlines()[0])
+  return ''
+
+
+def CompleteOnDisk(train_dir):
+  """Prefixes of the complete checkpoints in `train_dir`, oldest first."""
+  if not os.path.isdir(train_dir):
+    return []
+  prefixes = []
+  for f in os.listdir(train_dir):
+    m = _CHECKPOINT_INDEX.match(f)
+    if m:
+      prefixes.append(os.path.join(train_dir, '%s-%s' % (m.group(1), m.group(2))))
+  return sorted((p for p in prefixes if not Incomplete(p)), key=Step)
+
+
+def _Indexed(train_dir):
+  """(latest, all prefixes) of the index, None when there is none; raises ValueError if it is unreadable."""
+  if not os.path.exists(os.path.join(train_dir, INDEX_FILE)):
+    return None
+  try:
+    state = tf.train.get_checkpoint_state(train_dir)
+  except (tf.errors.OpError, text_format.ParseError) as e:
+    raise ValueError(str(e).strip().splitlines()[0]) from e
+  if state is None:
+    return None
+  return state.model_checkpoint_path, list(state.all_model_checkpoint_paths)
+
+
+def Candidates(train_dir):
+  """(complete checkpoints newest first, lines about what the index says that the disk does not)."""
+  notes = []
+  try:
+    indexed = _Indexed(train_dir)
+  except ValueError as e:
+    indexed = None
+    notes.append('the index is unreadable (%s)' % e)
+  complete = CompleteOnDisk(train_dir)
+  if indexed is None:
+    if complete and not notes:
+      notes.append('the index is missing')
+  else:
+    for prefix in sorted(set(p for p in [indexed[0]] + indexed[1] if p) - set(complete), key=Step):
+      notes.append('%s (named by the index) is incomplete: %s' % (os.path.basename(prefix), Incomplete(prefix)))
+    latest_step = Step(indexed[0]) if indexed[0] else -1
+    newer = [p for p in complete if Step(p) > latest_step and p not in indexed[1]]
+    if newer:
+      notes.append('%s %s complete but missing from the index (a run killed while saving)' % (
+          ', '.join(os.path.basename(p) for p in newer), 'is' if len(newer) == 1 else 'are'))
+  return complete[::-1], notes
+
+
+def WriteIndex(train_dir, prefixes):
+  """Makes the index name `prefixes` (oldest first), the last as the latest."""
+  if not prefixes:
+    path = os.path.join(train_dir, INDEX_FILE)
+    if os.path.exists(path):
+      os.remove(path)
+    return
+  # The CheckpointState text CheckpointManager writes, paths relative to train_dir. The manager rotates (keeps
+  # checkpoints_to_keep of) only entries with a timestamp, so each gets its .index file's time.
+  lines = ['model_checkpoint_path: "%s"' % os.path.basename(prefixes[-1])]
+  lines += ['all_model_checkpoint_paths: "%s"' % os.path.basename(p) for p in prefixes]
+  lines += ['all_model_checkpoint_timestamps: %f' % os.path.getmtime(p + '.index') for p in prefixes]
+  safe_write.AtomicWrite(os.path.join(train_dir, INDEX_FILE), '\n'.join(lines) + '\n', 'checkpoint index')
+
+
+def LatestCheckpoint(train_dir):
+  """The newest complete checkpoint in `train_dir` (by the index and the disk), or None. Read-only: eval, decode
+  and export use it while training may be writing."""
+  complete, _ = Candidates(train_dir)
+  return complete[0] if complete else None
+
+
+def Quarantine(prefix):
+  """Moves checkpoint `prefix`'s files into <its folder>/corrupt/ (kept for inspection); returns that folder."""
+  target = os.path.join(os.path.dirname(prefix), CORRUPT_DIR)
+  os.makedirs(target, exist_ok=True)
+  for path in CheckpointFiles(prefix):
+    destination = os.path.join(target, os.path.basename(path))
+    n = 1
+    while os.path.exists(destination):
+      destination = os.path.join(target, '%s.%d' % (os.path.basename(path), n))
+      n += 1
+    shutil.move(path, destination)
+  return target
+
+
+# -- restoring ---------------------------------------------------------------------------------------------------
+def _TaskVariableKeys(root):
+  """{checkpoint key: variable} of the variables under root's 'task' (breadth first, as checkpoints name them)."""
+  view = tf.train.TrackableView(root)
+  keys, seen, queue = {}, set(), [((), root)]
+  while queue:
+    path, obj = queue.pop(0)
+    for name, child in view.children(obj).items():
+      if id(child) in seen:
+        continue
+      seen.add(id(child))
+      child_path = path + (name,)
+      if isinstance(child, tf.Variable):
+        keys['/'.join(child_path)] = child
+      else:
+        queue.append((child_path, child))
+  return {k: v for k, v in keys.items() if k.startswith('task/')}
+
+
+def CheckTaskVariables(root, path):
+  """Raises CheckpointError unless checkpoint `path` holds exactly the task variables of `root` (a
+  tf.train.Checkpoint with a `task`), with the same shapes."""
+  model = _TaskVariableKeys(root)
+  stored = {name[:-len(_VALUE_SUFFIX)]: shape for name, shape in tf.train.list_variables(path)
+            if name.startswith('task/') and name.endswith(_VALUE_SUFFIX) and '/.OPTIMIZER_SLOT/' not in name}
+  missing = sorted(set(model) - set(stored))
+  extra = sorted(set(stored) - set(model))
+  shapes = sorted(k for k in set(model) & set(stored) if list(model[k].shape) != list(stored[k]))
+  problems = []
+  for what, keys in (('not in the checkpoint', missing), ('in the checkpoint but not in this model', extra)):
+    if keys:
+      problems.append('%d variable(s) %s (%s%s)' % (len(keys), what, ', '.join(keys[:4]),
+                                                    ', ...' if len(keys) > 4 else ''))
+  if shapes:
+    problems.append('%d of other shapes (%s: checkpoint %s, model %s%s)' % (
+        len(shapes), shapes[0], stored[shapes[0]], model[shapes[0]].shape.as_list(), ', ...' if len(shapes) > 1
+        else ''))
+  if problems:
+    raise errors.CheckpointError('Checkpoint %s does not match this model: %s. Is it a checkpoint of another model '
+                                 'or configuration? (init_from_checkpoint loads some variables on purpose.)' % (
+                                     path, '; '.join(problems)))
+
+
+def Restore(checkpoint, path, exact_task=False):
+  """Restores tf.train.Checkpoint `checkpoint` from `path`.
+
+  exact_task=False (resuming training): the checkpoint and the objects must match exactly. exact_task=True
+  (evaluation, decoding, export, which have no optimizer or input): the task's variables must be exactly the
+  checkpoint's task variables. Damaged files raise CorruptCheckpointError; a mismatch raises CheckpointError.
   """
-  files = _CheckpointFiles(path)
-  if not any(f.endswith('.index') for f in files):
-    raise errors.CheckpointError('Checkpoint %s is missing its .index file (found: %s). Restore its files, '
-                                 'point --checkpoint_path to another checkpoint, or delete its line in %s to '
-                                 'fall back to an earlier one.' % (
-                                     path, ', '.join(files) or 'nothing',
-                                     os.path.join(os.path.dirname(path), 'checkpoint')))
+  if not CheckpointFiles(path):
+    there = [os.path.basename(p) for p in CompleteOnDisk(os.path.dirname(path))]
+    raise errors.CheckpointError('There is no checkpoint %s (no files %s.*); %s has %s.' % (
+        path, os.path.basename(path), os.path.dirname(path) or '.', ', '.join(there) or 'no complete checkpoint'))
+  reason = Incomplete(path)
+  if reason:
+    raise CorruptCheckpointError('Checkpoint %s is incomplete: %s.' % (path, reason))
+  files = ', '.join(os.path.basename(f) for f in CheckpointFiles(path))
+  if exact_task:
+    CheckTaskVariables(checkpoint, path)
   try:
     status = checkpoint.restore(path, options=Options())
-    if partial:
+    if exact_task:
       status.expect_partial().assert_existing_objects_matched()
     else:
       status.assert_consumed()
   except (tf.errors.OpError, IndexError, EOFError) as e:
     first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise errors.CheckpointError('Checkpoint %s (files: %s) is corrupt or truncated: %s. Delete these files '
-                                 'and the matching line in %s to fall back to the previous checkpoint.' % (
-                                     path, ', '.join(os.path.basename(f) for f in files), first_line,
-                                     os.path.join(os.path.dirname(path), 'checkpoint'))) from e
+    raise CorruptCheckpointError('Checkpoint %s (files: %s) is corrupt or truncated: %s.' % (
+        path, files, first_line)) from e
   except (AssertionError, ValueError) as e:  # Unmatched objects, or a variable of another shape.
     detail = str(e).strip().splitlines()[0][:300]
     raise errors.CheckpointError('Checkpoint %s does not match this model (different variables or shapes): '
                                  '%s. Use a fresh --logdir for a changed model.' % (path, detail)) from e
-
-
-def LatestCheckpoint(train_dir):
-  """The newest checkpoint prefix recorded in `train_dir`'s index, or None when there is none.
-
-  A checkpoint that the index names but whose files are gone is returned all the same, so restoring it fails
-  loudly rather than silently starting over; an unreadable index is a CheckpointError.
-  """
-  try:
-    state = tf.train.get_checkpoint_state(train_dir)
-  except (tf.errors.OpError, ValueError, text_format.ParseError) as e:
-    raise errors.CheckpointError('The checkpoint index %s is unreadable (%s). Delete it to start over.' % (
-        os.path.join(train_dir, 'checkpoint'), str(e).splitlines()[0])) from e
-  if state is None or not state.model_checkpoint_path:
-    return None
-  return state.model_checkpoint_path  # get_checkpoint_state already resolved it against train_dir.

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.runners import batch_function
-from lingpipe.runners import checkpointer
+from lingpipe.runners import safe_write
 from lingpipe.runners import evaler
 
 
@@ -28,7 +28,7 @@ def Decode(p, logdir, checkpoint_path=None, out=None):
   metrics, files, signature = task.PostProcessDecode(decoded, inp)
   decode_dir = os.path.join(logdir, 'decode_%s' % p.dataset.lower())
   for name, text in files.items():
-    checkpointer.AtomicWrite(os.path.join(decode_dir, 'step_%d' % step, name), text)
+    safe_write.AtomicWrite(os.path.join(decode_dir, 'step_%d' % step, name), text, 'decode output')
   written = evaler.WriteResults(decode_dir, dict(model=p.model, dataset=p.dataset, checkpoint=path, step=step,
                                                  metrics=metrics, signature=signature), 'decode')
   print('Decode of %s at step %d on %s: %s' % (p.model, step, p.dataset, ' '.join(

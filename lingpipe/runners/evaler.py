@@ -9,6 +9,7 @@ from lingpipe.core import cluster
 from lingpipe.core import errors
 from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
+from lingpipe.runners import safe_write
 
 
 def ResolveCheckpoint(logdir, checkpoint_path):
@@ -16,21 +17,42 @@ def ResolveCheckpoint(logdir, checkpoint_path):
   if checkpoint_path:
     return checkpoint_path
   train_dir = os.path.join(logdir, checkpointer.TRAIN_DIR)
-  latest = checkpointer.LatestCheckpoint(train_dir)
-  if not latest:
-    raise errors.CheckpointError('No checkpoint in %s: train first (--mode=train) or pass --checkpoint_path.' %
-                                 train_dir)
-  return latest
+  complete, notes = checkpointer.Candidates(train_dir)
+  if not complete:
+    raise errors.CheckpointError('No complete checkpoint in %s%s: train first (--mode=train) or pass '
+                                 '--checkpoint_path.' % (train_dir, ' (%s)' % '; '.join(notes) if notes else ''))
+  return complete[0]
 
 
 def LoadTask(p, logdir, checkpoint_path=None):
-  """(task, global step, checkpoint path): the task built from `p` with the weights of a checkpoint."""
+  """(task, global step, checkpoint path): the task built from `p` with the weights of a checkpoint, which must
+  hold exactly the task's variables (checkpointer.CheckTaskVariables)."""
   with cluster.Current().Placement():
     task = p.task.Instantiate()
   path = ResolveCheckpoint(logdir, checkpoint_path)
   step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
-  checkpointer.Restore(tf.train.Checkpoint(step=step, task=task), path, partial=True)
+  root = tf.train.Checkpoint(step=step, task=task)
+  try:
+    checkpointer.Restore(root, path, exact_task=True)
+  except checkpointer.CorruptCheckpointError as e:
+    raise checkpointer.CorruptCheckpointError('%s %s' % (e, _Alternative(root, path))) from e
   return task, int(step.numpy()), path
+
+
+def _Alternative(root, corrupt):
+  """Advice for a corrupt checkpoint: the newest other checkpoint beside it that restores into `root`."""
+  directory = os.path.dirname(corrupt)
+  for prefix in checkpointer.Candidates(directory)[0]:
+    if os.path.abspath(prefix) == os.path.abspath(corrupt):
+      continue
+    try:
+      checkpointer.Restore(root, prefix, exact_task=True)
+    except errors.CheckpointError:
+      continue
+    return ('The newest checkpoint that restores is %s: pass --checkpoint_path=%s to use it (rerunning training '
+            'moves the damaged files to %s and resumes from it).' % (
+                os.path.basename(prefix), prefix, os.path.join(directory, checkpointer.CORRUPT_DIR)))
+  return 'No other checkpoint in %s restores.' % directory
 
 
 def Placed(fn):
@@ -49,8 +71,8 @@ def WriteResults(directory, result, summary_prefix):
   step = result['step']
   text = json.dumps(result, indent=2, sort_keys=True)
   path = os.path.join(directory, 'metrics-%d.json' % step)
-  checkpointer.AtomicWrite(path, text)
-  checkpointer.AtomicWrite(os.path.join(directory, 'metrics.json'), text)
+  safe_write.AtomicWrite(path, text, 'metrics')
+  safe_write.AtomicWrite(os.path.join(directory, 'metrics.json'), text, 'metrics')
   with tf.summary.create_file_writer(directory).as_default(step=step):
     for name, value in result['metrics'].items():
       tf.summary.scalar('%s/%s' % (summary_prefix, name), value)

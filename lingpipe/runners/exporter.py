@@ -5,24 +5,25 @@ lingpipe need not be installed where it is used.
 """
 
 import os
-import shutil
-import tempfile
 
 import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import errors
+from lingpipe.core import serving
 from lingpipe.runners import evaler
+from lingpipe.runners import safe_write
 
 
 def _SignatureFunction(fn, spec):
-  """A tf.function of positional tensors named after the spec's keys, calling fn(**named)."""
+  """A tf.function of positional tensors named after the spec's keys, calling fn(**named) on the inputs once they
+  pass their shape checks (serving.CheckedInputs)."""
   keys = list(spec.keys())
   signature = [tf.TensorSpec(spec[k].shape, spec[k].dtype, name=k) for k in keys]
 
   def Call(*args):
     with context.Exporting():
-      return fn(**dict(zip(keys, args)))
+      return fn(**serving.CheckedInputs(dict(zip(keys, args)), {k: s for k, s in zip(keys, signature)}))
 
   return tf.function(Call, input_signature=signature, autograph=False)
 
@@ -42,19 +43,10 @@ def Export(p, logdir, export_dir=None, checkpoint_path=None, out=None):
     function = _SignatureFunction(fn, spec)
     setattr(module, name, function)
     signatures[name] = function.get_concrete_function()
-  parent = os.path.dirname(os.path.abspath(export_dir))
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(dir=parent, prefix='.export-')
-  try:
+  with safe_write.AtomicDirectory(export_dir, 'SavedModel') as tmp:
     tf.saved_model.save(module, tmp, signatures=signatures)
     with open(os.path.join(tmp, 'params.txt'), 'w') as f:
       f.write(p.ToText())
-    if os.path.exists(export_dir):
-      shutil.rmtree(export_dir)
-    os.replace(tmp, export_dir)
-  finally:
-    if os.path.exists(tmp):
-      shutil.rmtree(tmp)
   print('Exported %s at step %d (from %s) to %s with signatures: %s' % (
       p.model, step, path, export_dir, ', '.join(sorted(signatures))), file=out, flush=True)
   return export_dir

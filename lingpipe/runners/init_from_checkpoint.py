@@ -34,7 +34,7 @@ def _SourceTask(checkpoint_path):
   with open(os.path.join(logdir, checkpointer.PARAMS_FILE)) as f:
     p.FromText(f.read())
   task = p.task.Instantiate()
-  checkpointer.Restore(tf.train.Checkpoint(task=task), checkpoint_path, partial=True)
+  checkpointer.Restore(tf.train.Checkpoint(task=task), checkpoint_path, exact_task=True)
   return task, model
 
 

@@ -6,6 +6,7 @@ Used by tools/launch_local.py (multi-process runs in one command), the multi-pro
       subprocess.run(['lingpipe-train', '--cluster_spec=' + workers.spec_text, ...])
 """
 
+import ctypes
 import os
 import signal
 import socket
@@ -33,6 +34,37 @@ def FreePorts(count, host='127.0.0.1'):
   return ports
 
 
+def _Prctl():
+  """libc's prctl, looked up now: a child between fork and exec should only call it."""
+  if not sys.platform.startswith('linux'):
+    return None
+  try:
+    return ctypes.CDLL(None, use_errno=True).prctl
+  except (OSError, AttributeError):
+    return None
+
+
+_PRCTL = _Prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def ChildSetup(cores=None):
+  """A preexec_fn for child processes of this one: on Linux the child gets SIGTERM when this process dies, however
+  it dies (SIGKILL included; a parent-death signal), so no worker or trainer outlives its launcher; `cores` pins
+  it (like taskset)."""
+  parent = os.getpid()
+
+  def Setup():
+    if _PRCTL is not None:
+      _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+      if os.getppid() != parent:  # The parent died before the signal was armed.
+        os.kill(os.getpid(), signal.SIGTERM)
+    if cores is not None:
+      os.sched_setaffinity(0, cores)
+
+  return Setup
+
+
 def WorkerArgs(spec_text, job, task, cpu_devices=1, threads=0):
   """The command line of one lingpipe-worker (run with this Python, so no console script is needed)."""
   return [sys.executable, '-m', 'lingpipe.worker', '--cluster_spec=' + spec_text, '--job=' + job,
@@ -51,6 +83,7 @@ class LocalCluster:
     self.num_workers, self.job, self.cpu_devices = num_workers, job, cpu_devices
     self.pin_cores, self.threads, self.ready_timeout_s = pin_cores, threads, ready_timeout_s
     self.log_dir = log_dir or tempfile.mkdtemp(prefix='lingpipe-workers-')
+    os.makedirs(self.log_dir, exist_ok=True)
     self.spec = {job: ['127.0.0.1:%d' % port for port in FreePorts(num_workers)]}
     self.spec_text = remote.SpecText(self.spec)
     self.processes = [None] * num_workers
@@ -65,12 +98,11 @@ class LocalCluster:
   def StartWorker(self, task):
     """Starts (or restarts) worker `task` and waits for its ready line."""
     cores = self.pin_cores[task] if self.pin_cores else None
-    preexec = (lambda: os.sched_setaffinity(0, cores)) if cores is not None else None
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get('TF_CPP_MIN_LOG_LEVEL', '2'))
     with open(self.LogPath(task), 'w') as log:
       self.processes[task] = subprocess.Popen(
           WorkerArgs(self.spec_text, self.job, task, self.cpu_devices, self.threads), stdout=log,
-          stderr=subprocess.STDOUT, preexec_fn=preexec, env=env)
+          stderr=subprocess.STDOUT, preexec_fn=ChildSetup(cores), env=env)
     deadline = time.time() + self.ready_timeout_s
     while time.time() < deadline:
       if 'ready at' in self.Log(task):

@@ -1,7 +1,9 @@
 """The training loop: resume, step in a tf.function, log progress, write summaries and checkpoints."""
 
 import contextlib
+import glob
 import os
+import shutil
 import time
 
 import tensorflow as tf
@@ -12,6 +14,7 @@ from lingpipe.core import remote
 from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
 from lingpipe.runners import init_from_checkpoint
+from lingpipe.runners import safe_write
 
 
 def _FormatSeconds(seconds):
@@ -49,8 +52,8 @@ class TrainLoop:
     if p.input.checkpoint_iterator:
       tracked['input'] = self.iterator
     self.checkpoint = tf.train.Checkpoint(**tracked)
-    self.manager = tf.train.CheckpointManager(self.checkpoint, self.train_dir, max_to_keep=tp.checkpoints_to_keep,
-                                              checkpoint_name='ckpt')
+    self.manager = None  # Made by Restore(), once the index says what is on disk.
+    self.resumed_step, self.params_written = 0, False
     self.step_fn = batch_function.BatchFunction(self._Step)
 
   def _Step(self, batch):
@@ -80,15 +83,73 @@ class TrainLoop:
     print(line, file=self.out, flush=True)
 
   def Restore(self):
-    latest = checkpointer.LatestCheckpoint(self.train_dir)
-    if latest:
-      checkpointer.Restore(self.checkpoint, latest)
-      self.Print('Resumed from %s at step %d.' % (latest, int(self.global_step.numpy())))
-    return latest
+    """Restores the newest complete checkpoint that restores, repairing the index first (checkpointer.py): a
+    missing or unreadable index is rebuilt from the disk, and corrupt checkpoints are moved to train/corrupt/.
+    Returns the checkpoint restored, or None for a fresh start."""
+    complete, notes = checkpointer.Candidates(self.train_dir)
+    restored, corrupt = None, []
+    for prefix in complete:
+      try:
+        checkpointer.Restore(self.checkpoint, prefix)
+      except checkpointer.CorruptCheckpointError as e:
+        folder = checkpointer.Quarantine(prefix)
+        self.Print('%s Moved its files to %s.' % (e, folder))
+        corrupt.append(prefix)
+        continue
+      restored = prefix
+      break
+    if notes or corrupt:
+      kept = [p for p in complete[::-1] if p not in corrupt]
+      checkpointer.WriteIndex(self.train_dir, kept)
+      self.Print('Checkpoints: %s; rebuilt %s from the complete checkpoints on disk: %s.' % (
+          '; '.join(notes + ['%s is corrupt' % os.path.basename(p) for p in corrupt]),
+          os.path.join(self.train_dir, checkpointer.INDEX_FILE),
+          ', '.join(os.path.basename(p) for p in kept) or 'none'))
+    if corrupt and restored is None:
+      raise errors.CheckpointError(
+          'No checkpoint in %s restores: %s moved to %s. Training would start over from step 0; if that is what '
+          'you want, move %s aside (or use another --logdir) and rerun.' % (
+              self.train_dir, ', '.join(os.path.basename(p) for p in corrupt),
+              os.path.join(self.train_dir, checkpointer.CORRUPT_DIR), self.train_dir))
+    self.manager = tf.train.CheckpointManager(self.checkpoint, self.train_dir,
+                                              max_to_keep=self.p.task.train.checkpoints_to_keep,
+                                              checkpoint_name='ckpt')
+    if restored:
+      self.resumed_step = int(self.global_step.numpy())
+      self.Print('Resumed from %s at step %d.' % (restored, self.resumed_step))
+    return restored
 
   def Save(self):
-    with self._NameDeadWorkers('Saving a checkpoint'):
-      return self.manager.save(checkpoint_number=self.global_step, options=checkpointer.Options())
+    """Writes a checkpoint (and, before this run's first one, params.txt and the task's asset files beside it)."""
+    if not self.params_written:
+      note = checkpointer.WriteParams(self.logdir, self.p, self.resumed_step)
+      if note:
+        self.Print(note)
+      for path in self.task.AssetFiles():
+        safe_write.CopyAtomically(path, os.path.join(self.train_dir, os.path.basename(path)), 'asset')
+      self.params_written = True
+    step = int(self.global_step.numpy())
+    try:
+      with self._NameDeadWorkers('Saving a checkpoint'):
+        return self.manager.save(checkpoint_number=self.global_step, options=checkpointer.Options())
+    except (tf.errors.OpError, OSError) as e:
+      if not safe_write.IsNoSpace(e):
+        raise
+      prefix = os.path.join(self.train_dir, 'ckpt-%d' % step)
+      # This save's partial files. A checkpoint that is complete (the disk filled while the index was updated)
+      # stays: the next run adopts it.
+      partial = glob.glob(prefix + '_temp*') + (glob.glob(prefix + '.*') if checkpointer.Incomplete(prefix) else [])
+      for path in partial:
+        if os.path.isdir(path):
+          shutil.rmtree(path, ignore_errors=True)
+        else:
+          os.remove(path)
+      latest = checkpointer.LatestCheckpoint(self.train_dir)  # What is on disk, not what the manager believes.
+      needed = sum(os.path.getsize(f) for f in checkpointer.CheckpointFiles(latest)) if latest else None
+      raise safe_write.DiskFullError(
+          'checkpoint', prefix, needed, ' Free space and rerun the same command: it resumes from %s.' % (
+              '%s (step %d)' % (latest, checkpointer.Step(latest)) if latest else 'step 0 (no checkpoint yet)')
+      ) from e
 
   def Run(self):
     if not self.cluster.is_remote:
@@ -103,14 +164,11 @@ class TrainLoop:
       self.Print(init_from_checkpoint.InitFromCheckpoint(
           self.task, tp.init_from_checkpoint, [tuple(r) for r in tp.init_from_checkpoint_rules],
           tp.init_from_checkpoint_exclude))
-    checkpointer.WriteParams(self.logdir, p)
-    for path in self.task.AssetFiles():
-      checkpointer.CopyAtomically(path, os.path.join(self.train_dir, os.path.basename(path)))
-    writer = tf.summary.create_file_writer(self.train_dir)
     step = int(self.global_step.numpy())
-    if step >= tp.max_steps:
+    if step >= tp.max_steps:  # Nothing is written: params.txt still describes the checkpoints.
       self.Print('Already at step %d >= max_steps %d; nothing to train.' % (step, tp.max_steps))
       return step
+    writer = tf.summary.create_file_writer(self.train_dir)
     self.Print('Training %s from step %d to %d in %s.' % (p.model, step, tp.max_steps, self.logdir))
     if self.input.Summary():
       self.Print('Input: %s' % self.input.Summary())

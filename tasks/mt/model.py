@@ -13,6 +13,7 @@ import tensorflow as tf
 from lingpipe.core import base_task
 from lingpipe.core import context
 from lingpipe.core import errors
+from lingpipe.core import serving
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import dropout
@@ -191,24 +192,35 @@ class TransformerMT(base_task.BaseTask):
       raise errors.ConfigError('Task %s has no vocab_path; export needs the sentencepiece model.' % self.path)
     if not hasattr(self, '_tokenizer'):
       tokenizer = vocab_lib.GraphTokenizer(self.vocab)
-      langs = self.vocab.TargetLanguages()
+      langs = self.ServedTargetLanguages()
       lang_table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
           tf.constant(list(langs)), tf.constant(list(langs.values()), tf.int32)), -1)
       object.__setattr__(self, '_tokenizer', tokenizer)
       object.__setattr__(self, '_lang_table', lang_table)
     return [self._tokenizer, self._lang_table]
 
+  def ServedTargetLanguages(self):
+    """{language: id of its <2xx> token} for the targets of task.pairs (all of the vocabulary's if none are
+    given): a model trained into English only is not asked for German."""
+    langs = self.vocab.TargetLanguages()
+    targets = {pair.split('-')[1] for pair in self.params.pairs}
+    return {lang: i for lang, i in langs.items() if not targets or lang in targets}
+
   def Inference(self):
     self.InferenceResources()
     spec = NestedMap(sources=tf.TensorSpec([None], tf.string, name='sources'),
                      target_language=tf.TensorSpec([], tf.string, name='target_language'))
+    served = ', '.join(sorted(self.ServedTargetLanguages()))
 
     def Translate(sources, target_language):
       lang_id = self._lang_table.lookup(target_language)
-      check = tf.debugging.assert_non_negative(lang_id, message='Unknown target_language (not a <2xx> token '
-                                               'of this vocabulary)')
-      with tf.control_dependencies([check]):
-        tokens = self._tokenizer.Encode(sources)[:, :self.params.max_decode_len - 2]
+      empty = tf.where(tf.equal(tf.strings.length(tf.strings.strip(sources)), 0))[:, 0]
+      checks = [serving.Require(lang_id >= 0, 'Input `target_language` must be one of the languages this model '
+                                'translates into (%s); got' % served, target_language),
+                serving.Require(tf.equal(tf.size(empty), 0), 'Input `sources` must hold non-empty sentences; '
+                                'these indices are empty:', empty)]
+      sources, lang_id = serving.After(checks, sources, lang_id)
+      tokens = self._tokenizer.Encode(sources)[:, :self.params.max_decode_len - 2]
       n = tokens.nrows()
       src = tf.concat([tf.fill([n, 1], lang_id), tokens, tf.fill([n, 1], vocab_lib.EOS_ID)], 1).to_tensor()
       out = self.BeamDecode(src, tf.cast(tf.equal(src, vocab_lib.PAD_ID), tf.float32))

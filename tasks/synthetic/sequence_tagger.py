@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from lingpipe.core import base_task
 from lingpipe.core import errors
+from lingpipe.core import serving
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.layers import embedding
 from lingpipe.layers import softmax
@@ -56,6 +57,15 @@ class SequenceTagger(base_task.BaseTask):
                      paddings=tf.TensorSpec([None, None], tf.float32, name='paddings'))
 
     def Serve(ids, paddings):
+      p = self.params
+      checks = [
+          serving.Require(tf.reduce_all(tf.equal(tf.shape(ids), tf.shape(paddings))), 'Inputs `ids` and '
+                          '`paddings` must have the same shape [batch, time]; got', tf.shape(ids), tf.shape(paddings)),
+          serving.Require(tf.shape(ids)[1] <= p.max_len, 'Input `ids` must have at most %d positions; got' %
+                          p.max_len, tf.shape(ids)[1]),
+          serving.Require(tf.reduce_all((ids >= 0) & (ids < p.vocab_size)), 'Input `ids` must be token ids in '
+                          '[0, %d); got values from' % p.vocab_size, tf.reduce_min(ids), 'to', tf.reduce_max(ids))]
+      ids, paddings = serving.After(checks, ids, paddings)
       out = self.ComputePredictions(NestedMap(ids=ids, paddings=paddings))
       probs = tf.nn.softmax(out.logits)
       return {'probs': probs, 'labels': tf.argmax(probs, -1, output_type=tf.int32)}

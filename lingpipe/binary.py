@@ -1,0 +1,72 @@
+"""What lingpipe's console scripts (lingpipe-train, lingpipe-worker) share: a real --help, a quiet terminal, and
+user errors as one line.
+
+absl prints, for --help, the main module's docstring and the flags of the module named sys.argv[0]; a console
+script's __main__ is a generated stub with neither, so `ShowHelpFor` lends it the binary module's. Unless --verbose,
+`StartProcess` routes fd 2 through native_log's filter (the console scripts already did in lingpipe/__init__.py;
+`python -m` lands here) and `QuietUnlessVerbose` silences TensorFlow's Python logger. main(argv) itself leaves
+sys.stderr alone, so in-process callers (tests) capture it as usual.
+"""
+
+import sys
+
+from absl import flags
+from absl import logging
+
+FLAGS = flags.FLAGS
+
+
+def ShowHelpFor(doc, module_name):
+  """Makes --help print `doc` and the flags defined in `module_name`."""
+  main_module = sys.modules.get('__main__')
+  if main_module is not None and not (main_module.__doc__ or '').strip():
+    main_module.__doc__ = doc
+  for flag in FLAGS.get_key_flags_for_module(module_name):
+    FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+
+
+def StartProcess(doc, module_name):
+  """What a binary's process entry point does before absl parses flags: --help text, and the fd 2 filter."""
+  from lingpipe import native_log  # pylint: disable=g-import-not-at-top
+  ShowHelpFor(doc, module_name)
+  if native_log.VerboseRequested(sys.argv):
+    native_log.Close()
+  else:
+    native_log.Filter()
+
+
+def QuietUnlessVerbose(verbose):
+  """Silences TensorFlow's and absl's Python loggers below ERROR, unless `verbose`."""
+  if verbose:
+    return
+  logging.set_verbosity(logging.ERROR)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel('ERROR')  # E.g. TensorFlow's retracing notices from its own checkpoint saver.
+
+
+def RunUserErrorsAsOneLine(name, fn, verbose):
+  """Runs fn() and gives exit status 0; a lingpipe UserError prints 'name: error: ...' and gives 1 (with
+  --verbose it is raised, traceback and all)."""
+  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  try:
+    fn()
+    return 0
+  except errors.UserError as e:
+    if verbose:
+      raise
+    print('%s: error: %s' % (name, e), file=sys.stderr, flush=True)
+    return 1
+  except KeyboardInterrupt:
+    if verbose:
+      raise
+    print('%s: interrupted. Checkpoints are written atomically: the same command resumes from the last one.' %
+          name, file=sys.stderr, flush=True)
+    return 130
+
+
+def CheckNoArguments(name, argv):
+  """Exit status 2 with a one-line message when argv has positional arguments, else None."""
+  if len(argv) > 1:
+    print('%s: error: unexpected arguments %s (flags look like --name=value).' % (name, argv[1:]), file=sys.stderr)
+    return 2
+  return None

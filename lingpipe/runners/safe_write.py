@@ -1,0 +1,140 @@
+"""Writing the logdir's files: atomically, with the permissions the user's umask gives, and a clear error when the
+disk is full.
+
+Readers never see half a file: text and copies go to a temporary file beside the target and are renamed over it;
+a folder (a SavedModel) is filled under a temporary name and renamed into place. `tempfile` makes those temporaries
+owner-only (0600 files, 0700 folders), so each gets the mode a plain `open` or `os.makedirs` would have given
+(0666 or 0777 less the umask), and a serving process of another user can read what lingpipe wrote.
+"""
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+import threading
+
+import tensorflow as tf
+
+from lingpipe.core import errors
+
+_UMASK_LOCK = threading.Lock()
+
+
+def Umask():
+  """The process's umask (read without changing it where /proc allows)."""
+  try:
+    with open('/proc/self/status') as f:
+      for line in f:
+        if line.startswith('Umask:'):
+          return int(line.split()[1], 8)
+  except OSError:
+    pass
+  with _UMASK_LOCK:  # Elsewhere the only way to read it is to set it; threads are kept out meanwhile.
+    mask = os.umask(0o022)
+    os.umask(mask)
+  return mask
+
+
+def _ChmodTree(path, umask):
+  """Gives `path` (a file, or a folder and everything in it) the modes of a plain create under `umask`."""
+  if not os.path.isdir(path):
+    os.chmod(path, 0o666 & ~umask)
+    return
+  os.chmod(path, 0o777 & ~umask)
+  for root, dirs, files in os.walk(path):
+    for d in dirs:
+      os.chmod(os.path.join(root, d), 0o777 & ~umask)
+    for f in files:
+      os.chmod(os.path.join(root, f), 0o666 & ~umask)
+
+
+def IsNoSpace(e):
+  """Whether exception `e` says the disk (or quota) is full: OSError ENOSPC/EDQUOT or TensorFlow's wording."""
+  if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+    return True
+  return isinstance(e, tf.errors.OpError) and 'No space left on device' in str(e)
+
+
+def DiskFullError(what, path, needed_bytes=None, resume_hint=''):
+  """The one-line error for a full disk while writing `what` at `path`."""
+  try:
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(path)) or '.').free
+  except OSError:
+    free = None
+  need = ''
+  if needed_bytes:
+    need = '; it needs about %s' % _Size(needed_bytes)
+    if free is not None and needed_bytes > free:
+      need += ': free at least %s' % _Size(needed_bytes - free)
+  return errors.DiskFullError('No space left on device writing %s %s (%s free on its filesystem%s). Nothing was '
+                              'lost and the partial files were removed.%s' % (
+                                  what, path, _Size(free) if free is not None else 'unknown', need, resume_hint))
+
+
+def _Size(num_bytes):
+  for unit in ('B', 'KiB', 'MiB', 'GiB'):
+    if num_bytes < 1024 or unit == 'GiB':
+      return ('%d %s' if unit == 'B' else '%.1f %s') % (num_bytes, unit)
+    num_bytes /= 1024.0
+  return ''
+
+
+def _AtomicReplace(path, fill, what):
+  """Lets fill(temporary path) write the file, then renames it to `path`."""
+  directory = os.path.dirname(path) or '.'
+  try:
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.')
+    os.close(fd)
+  except OSError as e:
+    if IsNoSpace(e):
+      raise DiskFullError(what, path) from e
+    raise
+  try:
+    fill(tmp)
+    os.chmod(tmp, 0o666 & ~Umask())
+    os.replace(tmp, path)
+  except BaseException as e:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    if IsNoSpace(e):
+      raise DiskFullError(what, path) from e
+    raise
+
+
+def AtomicWrite(path, text, what='file'):
+  """Writes `text` to `path` through a temporary file and a rename."""
+
+  def Fill(tmp):
+    with open(tmp, 'w') as f:
+      f.write(text)
+
+  _AtomicReplace(path, Fill, what)
+
+
+def CopyAtomically(source, path, what='file'):
+  """Copies a file through a temporary file and a rename."""
+  _AtomicReplace(path, lambda tmp: shutil.copyfile(source, tmp), what)
+
+
+@contextlib.contextmanager
+def AtomicDirectory(path, what='folder'):
+  """Yields a temporary folder beside `path` to fill; on success it replaces `path` (modes per the umask), on any
+  error it is removed and `path` is left as it was."""
+  parent = os.path.dirname(os.path.abspath(path))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(dir=parent, prefix='.%s-' % os.path.basename(path))
+  try:
+    yield tmp
+    _ChmodTree(tmp, Umask())
+    if os.path.exists(path):
+      shutil.rmtree(path)
+    os.replace(tmp, path)
+  except BaseException as e:
+    if IsNoSpace(e):
+      raise DiskFullError(what, path) from e
+    raise
+  finally:
+    if os.path.exists(tmp):
+      shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,204 @@
+"""Faults as a user meets them, through the binary: a lost index, two writers, another model's checkpoint, a corrupt
+checkpoint, a killed launcher, a full disk, and memory balancing in a fresh process with no TF_* variables."""
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lingpipe.core import memory_stats
+
+pytestmark = pytest.mark.slow
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAINER = [sys.executable, '-m', 'lingpipe.trainer']
+SAVE_EVERY_100 = ('--model_params_override=task.train.save_interval_steps=100;task.train.log_interval_steps=100000;'
+                  'task.train.checkpoints_to_keep=3')
+
+
+def _Run(*args, env=None):
+  return subprocess.run(TRAINER + list(args), capture_output=True, text=True, timeout=300, env=env)
+
+
+def _OneLineError(result):
+  assert result.returncode == 1, result.stdout + result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('lingpipe-train: error: '), result.stderr
+  return lines[0][len('lingpipe-train: error: '):]
+
+
+def _WaitFor(predicate, timeout_s=120):
+  deadline = time.time() + timeout_s
+  while time.time() < deadline:
+    if predicate():
+      return True
+    time.sleep(0.2)
+  return False
+
+
+def test_a_lost_index_resumes_from_the_newest_checkpoint_and_overwrites_nothing(tmp_path):
+  logdir = str(tmp_path / 'run')
+  train_dir = os.path.join(logdir, 'train')
+  assert _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=400', SAVE_EVERY_100).returncode == 0
+  kept = {f: os.path.getmtime(os.path.join(train_dir, f)) for f in os.listdir(train_dir) if f.startswith('ckpt-')}
+  assert sorted(kept) == ['ckpt-%d.%s' % (s, e) for s in (200, 300, 400) for e in ('data-00000-of-00001', 'index')]
+  os.remove(os.path.join(train_dir, 'checkpoint'))
+  result = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=500', SAVE_EVERY_100)
+  assert result.returncode == 0, result.stderr
+  assert 'Resumed from %s/ckpt-400 at step 400.' % train_dir in result.stdout
+  assert 'rebuilt %s/checkpoint from the complete checkpoints on disk: ckpt-200, ckpt-300, ckpt-400.' % train_dir \
+      in result.stdout
+  for name in kept:  # ckpt-200 left by the usual rotation (keep 3); the others untouched.
+    path = os.path.join(train_dir, name)
+    assert (not os.path.exists(path)) if '-200.' in name else os.path.getmtime(path) == kept[name]
+
+
+def test_a_second_writer_exits_1_naming_the_first_and_eval_may_run_meanwhile(tmp_path):
+  logdir = str(tmp_path / 'run')
+  first = subprocess.Popen(TRAINER + ['--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=10000000',
+                                      SAVE_EVERY_100], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  try:
+    assert _WaitFor(lambda: os.path.exists(os.path.join(logdir, 'train', 'checkpoint'))), first.stderr
+    second = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=10000000', '--seed=5')
+    line = _OneLineError(second)
+    assert line.startswith('Logdir %s is being trained by pid %d on host ' % (logdir, first.pid)), line
+    evaluated = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=eval')
+    assert evaluated.returncode == 0 and 'Eval of synthetic.Mlp at step' in evaluated.stdout, evaluated.stderr
+    assert "input.seed : 5" not in open(os.path.join(logdir, 'params.txt')).read()
+  finally:
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+  # kill -9 leaves no stale lock: the same command resumes.
+  resumed = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=1', SAVE_EVERY_100)
+  assert resumed.returncode == 0 and 'Resumed from' in resumed.stdout, resumed.stderr
+
+
+def test_eval_of_another_models_checkpoint_is_refused_and_its_results_kept(tmp_path):
+  deep, mlp = str(tmp_path / 'deep'), str(tmp_path / 'mlp')
+  assert _Run('--model=synthetic.DeepMlpGPipe', '--logdir=' + deep, '--max_steps=2').returncode == 0
+  assert _Run('--model=synthetic.Mlp', '--logdir=' + mlp, '--max_steps=2').returncode == 0
+  assert _Run('--model=synthetic.Mlp', '--logdir=' + mlp, '--mode=eval').returncode == 0
+  metrics = os.path.join(mlp, 'eval_test', 'metrics.json')
+  before = open(metrics).read()
+  line = _OneLineError(_Run('--model=synthetic.Mlp', '--logdir=' + mlp, '--mode=eval',
+                            '--checkpoint_path=%s/train/ckpt-2' % deep))
+  assert line.startswith('Checkpoint %s/train/ckpt-2 does not match this model: 12 variable(s) in the checkpoint but '
+                         'not in this model (task/network/sub/2/b, ' % deep), line
+  assert open(metrics).read() == before
+
+
+def test_the_corrupt_checkpoint_advice_works_as_written(tmp_path):
+  logdir = str(tmp_path / 'run')
+  train_dir = os.path.join(logdir, 'train')
+  assert _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=400', SAVE_EVERY_100).returncode == 0
+  data = os.path.join(train_dir, 'ckpt-400.data-00000-of-00001')
+  with open(data, 'r+b') as f:
+    f.truncate(os.path.getsize(data) // 3)
+  line = _OneLineError(_Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=eval'))
+  assert 'ckpt-400 (files: ckpt-400.data-00000-of-00001, ckpt-400.index) is corrupt or truncated' in line
+  advised = re.search(r'pass (--checkpoint_path=\S+) to use it', line).group(1)
+  assert advised == '--checkpoint_path=%s/ckpt-300' % train_dir
+  followed = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=eval', advised)
+  assert followed.returncode == 0 and 'at step 300' in followed.stdout, followed.stderr
+  # Training falls back by itself, says so, and keeps the damaged files.
+  resumed = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=500', SAVE_EVERY_100)
+  assert resumed.returncode == 0, resumed.stderr
+  assert 'Moved its files to %s/corrupt.' % train_dir in resumed.stdout
+  assert 'Resumed from %s/ckpt-300 at step 300.' % train_dir in resumed.stdout
+  assert sorted(os.listdir(os.path.join(train_dir, 'corrupt'))) == ['ckpt-400.data-00000-of-00001', 'ckpt-400.index']
+  assert _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=eval').returncode == 0
+
+
+def _Children(pid):
+  """Pids whose parent is `pid`."""
+  children = []
+  for entry in os.listdir('/proc'):
+    if entry.isdigit():
+      try:
+        with open('/proc/%s/stat' % entry) as f:
+          fields = f.read().rsplit(')', 1)[1].split()
+      except OSError:
+        continue
+      if int(fields[1]) == pid:
+        children.append(int(entry))
+  return children
+
+
+def _Alive(pid):
+  try:
+    with open('/proc/%d/stat' % pid) as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'  # A zombie has exited.
+  except OSError:
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='parent-death signals are Linux only')
+@pytest.mark.parametrize('sig', [signal.SIGKILL, signal.SIGTERM])
+def test_killing_the_launcher_stops_its_trainer_and_workers(tmp_path, sig):
+  logdir = str(tmp_path / 'run')
+  launcher = subprocess.Popen([sys.executable, os.path.join(ROOT, 'tools', 'launch_local.py'), '--workers=2',
+                               '--log_dir=%s' % (tmp_path / 'logs'), '--', '--model=synthetic.DeepMlpGPipe',
+                               '--logdir=' + logdir, '--max_steps=10000000', SAVE_EVERY_100],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  try:
+    assert _WaitFor(lambda: os.path.exists(os.path.join(logdir, 'train', 'checkpoint')), 180), launcher.stderr
+    children = _Children(launcher.pid)
+    assert len(children) == 3  # Two workers and the trainer.
+    launcher.send_signal(sig)
+    assert launcher.wait(60) == (-sig if sig == signal.SIGKILL else 128 + sig)
+    assert _WaitFor(lambda: not any(_Alive(c) for c in children), 60), [c for c in children if _Alive(c)]
+  finally:
+    if launcher.poll() is None:
+      launcher.kill()
+
+
+_DISK_FULL = '''
+set -u
+mount -t tmpfs -o size=8m tmpfs "$1"
+run() { %s --model=synthetic.Mlp --logdir="$1/run" --max_steps=100 \
+    --model_params_override="task.train.save_interval_steps=20;task.train.log_interval_steps=100000;\
+task.train.checkpoints_to_keep=100"; echo "rc=$?"; }
+run "$1"
+echo "listing:" $(ls "$1/run/train") ":end"
+mount -o remount,size=64m "$1"
+run "$1"
+''' % ' '.join(TRAINER)
+
+
+def test_a_full_disk_is_one_line_with_the_space_needed_and_a_rerun_resumes(tmp_path):
+  """On a real 8 MiB tmpfs (each checkpoint of synthetic.Mlp is ~3 MiB with its input state), in a mount namespace
+  of our own; skipped where the kernel or the sandbox allows none."""
+  if not shutil.which('unshare') or subprocess.run(['unshare', '-rm', 'true'], capture_output=True).returncode:
+    pytest.skip('no mount namespace here (unshare -rm); tests/test_logdir.py covers the same path in-process')
+  mount_point = tmp_path / 'tiny'
+  mount_point.mkdir()
+  result = subprocess.run(['unshare', '-rm', 'sh', '-c', _DISK_FULL, 'sh', str(mount_point)], capture_output=True,
+                          text=True, timeout=300)
+  train_dir = '%s/run/train' % mount_point
+  first, second = result.stdout.split('rc=')[1:3]
+  assert first.startswith('1\n'), result.stdout + result.stderr
+  error = [line for line in result.stderr.splitlines() if line.startswith('lingpipe-train: error:')]
+  assert len(error) == 1, result.stderr
+  assert re.match(r'lingpipe-train: error: No space left on device writing checkpoint %s/ckpt-60 \([\d.]+ MiB free '
+                  r'on its filesystem; it needs about 3\.0 MiB: free at least [\d.]+ MiB\)\. Nothing was lost and the '
+                  r'partial files were removed\. Free space and rerun the same command: it resumes from %s/ckpt-40 '
+                  r'\(step 40\)\.$' % (train_dir, train_dir), error[0]), error[0]
+  listing = result.stdout.split('listing:')[1].split(':end')[0].split()
+  assert listing == ['checkpoint', 'ckpt-20.data-00000-of-00001', 'ckpt-20.index', 'ckpt-40.data-00000-of-00001',
+                     'ckpt-40.index'] + [f for f in listing if f.startswith('events.')], listing  # No litter.
+  assert second.startswith('0\n') and 'Resumed from %s/ckpt-40 at step 40.' % train_dir in result.stdout
+
+
+def test_balance_memory_works_in_a_fresh_trainer_with_no_tf_variables(tmp_path):
+  env = {k: v for k, v in os.environ.items() if not k.startswith('TF_')}
+  env['TF_ENABLE_ONEDNN_OPTS'] = '0'  # As on CPUs where oneDNN is off by default: no allocator statistics unasked.
+  assert memory_stats.ENV_VAR not in env
+  result = _Run('--model=synthetic.DeepMlpGPipe', '--logdir=%s' % (tmp_path / 'run'), '--max_steps=2',
+                "--model_params_override=task.network.balance='memory'", env=env)
+  assert result.returncode == 0, result.stderr
+  assert 'step 2/2' in result.stdout
