@@ -8,6 +8,7 @@ script's __main__ is a generated stub with neither, so `ShowHelpFor` lends it th
 sys.stderr alone, so in-process callers (tests) capture it as usual.
 """
 
+import os
 import sys
 
 from absl import flags
@@ -35,6 +36,15 @@ def StartProcess(doc, module_name):
     native_log.Filter()
 
 
+def QuietTool():
+  """For scripts under tools/: TensorFlow's log lines off the terminal (TF_CPP_MIN_LOG_LEVEL=0 shows them). Call it
+  first thing: start-up notices of a TensorFlow imported later are filtered too."""
+  from lingpipe import native_log  # pylint: disable=g-import-not-at-top
+  native_log.Filter()
+  if native_log.IsFiltering():
+    QuietUnlessVerbose(False)
+
+
 def QuietUnlessVerbose(verbose):
   """Silences TensorFlow's and absl's Python loggers below ERROR, unless `verbose`."""
   if verbose:
@@ -56,6 +66,11 @@ def RunUserErrorsAsOneLine(name, fn, verbose):
       raise
     print('%s: error: %s' % (name, e), file=sys.stderr, flush=True)
     return 1
+  except BrokenPipeError:
+    # The reader of our output went away (`... | head`): stop quietly, as command-line tools do on SIGPIPE. Output
+    # still buffered would fail again at exit, so stdout now goes nowhere.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
   except KeyboardInterrupt:
     if verbose:
       raise

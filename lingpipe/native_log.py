@@ -157,6 +157,10 @@ def Filter():
   atexit.register(Close)
 
 
+def IsFiltering():
+  return bool(_ACTIVE)
+
+
 def Close():
   """Ends Filter(); call it before os._exit, which skips atexit."""
   if _ACTIVE:

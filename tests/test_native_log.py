@@ -79,3 +79,11 @@ def test_a_user_error_is_the_only_line():
   assert result.stdout == ''
   assert result.stderr.startswith("lingpipe-train: error: Unknown model 'synthetic.Mlpp'.")
   assert result.stderr.count('\n') == 1, result.stderr
+
+
+def test_a_reader_that_goes_away_stops_the_binary_quietly():
+  process = subprocess.Popen(_Binary('lingpipe-train') + ['--mode=list'], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+  process.stdout.close()  # As `lingpipe-train ... | head -1` once head has its line.
+  _, err = process.communicate(timeout=120)
+  assert process.returncode == 141 and err == b'', err.decode()[-2000:]

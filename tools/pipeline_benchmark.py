@@ -378,4 +378,6 @@ def main():
 
 
 if __name__ == '__main__':
+  from lingpipe import binary  # pylint: disable=g-import-not-at-top
+  binary.QuietTool()  # TensorFlow's log lines off the terminal.
   main()
