@@ -33,7 +33,9 @@ setuptools.setup(
         # TensorFlow is an extra so that CPU and GPU users pick their build.
         'cpu': ['tensorflow-cpu>=2.21,<2.22'],
         'gpu': ['tensorflow[and-cuda]>=2.21,<2.22'],
-        'test': ['pytest>=8'],
+        # matplotlib draws the pipeline timeline (--mode=profile, tools/pipeline_timeline.py): axes, lanes and labels
+        # we would otherwise write ourselves; only imported when a chart is drawn.
+        'test': ['pytest>=8', 'matplotlib>=3.8'],
     },
     entry_points={'console_scripts': ['lingpipe-train=lingpipe.trainer:Main', 'lingpipe-worker=lingpipe.worker:Main']},
 )

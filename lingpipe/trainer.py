@@ -5,6 +5,7 @@ r"""lingpipe-train: train, evaluate, export or inspect a registered model.
     lingpipe-train --model=mt.multilingual.TransformerGPipe --logdir=/tmp/mt --mode=decode  # hypotheses, BLEU
     lingpipe-train --model=synthetic.Mlp --logdir=/tmp/mlp --mode=export   # SavedModel with a serving signature
     lingpipe-train --model=synthetic.Mlp --logdir=/tmp/mlp --mode=inspect  # params and variables
+    lingpipe-train --model=synthetic.DeepMlpGPipe --logdir=/tmp/d --mode=profile  # pipeline timeline, bubble
     lingpipe-train --mode=list                                              # registered models
     lingpipe-train --model=synthetic.Mlp --logdir=/tmp/mlp \
         --model_params_override="task.train.learning_rate=0.01;input.batch_size=128"
@@ -21,7 +22,7 @@ from absl import flags
 
 from lingpipe import binary
 
-MODES = ('train', 'eval', 'decode', 'export', 'inspect', 'list')
+MODES = ('train', 'eval', 'decode', 'export', 'inspect', 'profile', 'list')
 
 flags.DEFINE_string('model', None, 'Registered model, e.g. synthetic.Mlp or image.cifar10.AmoebaNetD.')
 flags.DEFINE_string('logdir', None, 'Directory of checkpoints, summaries, params.txt, eval results, exports.')
@@ -45,7 +46,8 @@ flags.DEFINE_string('job', None, 'The job of --cluster_spec whose tasks hold the
                     'default worker).')
 flags.DEFINE_integer('task', None, 'If set, this trainer is itself task --task of --job and serves its devices; '
                      'by default it is a client outside the cluster spec.')
-flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors.')
+flags.DEFINE_integer('profile_steps', 5, '--mode=profile: training steps to record (after 2 warm-up steps).')
+flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors and TensorFlow\'s own log lines.')
 
 FLAGS = flags.FLAGS
 
@@ -82,6 +84,7 @@ def Run(argv=None, out=None):
   from lingpipe.runners import exporter  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import inspector  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import logdir_lock  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import profiler  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import train_loop  # pylint: disable=g-import-not-at-top
 
   if FLAGS.mode == 'list':
@@ -111,6 +114,8 @@ def Run(argv=None, out=None):
       return evaler.Evaluate(p, FLAGS.logdir, FLAGS.checkpoint_path, out=out)
     if FLAGS.mode == 'decode':
       return decoder.Decode(p, FLAGS.logdir, FLAGS.checkpoint_path, out=out)
+    if FLAGS.mode == 'profile':
+      return profiler.Profile(p, FLAGS.logdir, FLAGS.profile_steps, out=out)
     return exporter.Export(p, FLAGS.logdir, FLAGS.export_dir, FLAGS.checkpoint_path, out=out)
 
 

@@ -23,6 +23,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 
@@ -42,14 +45,8 @@ def _Args(argv=None):
 
 def _Model(batch=64):
   """The Transformer stack of Table 1: T(8, 512, 4), model depth 128, `batch` x 32 tokens; and its layers."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.core.nested_map import NestedMap  # pylint: disable=g-import-not-at-top
-  from lingpipe.layers import transformer  # pylint: disable=g-import-not-at-top
-  layer = transformer.TransformerLayer.Params().Set(model_dim=128, hidden_dim=512, num_heads=4)
-  rng = np.random.RandomState(0)
-  inputs = NestedMap(x=tf.constant(rng.normal(size=(batch, 32, 128)), tf.float32), paddings=tf.zeros([batch, 32]))
-  return [layer.Copy() for _ in range(8)], inputs
+  workload = workloads.Make('transformer', batch=batch)
+  return workload.layers, workload.inputs
 
 
 def _TimeSteps(layer, inputs, steps, mesh=None):

@@ -69,36 +69,22 @@ import numpy as np  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from lingpipe.core import context  # pylint: disable=g-import-not-at-top
-from lingpipe.core.nested_map import NestedMap  # pylint: disable=g-import-not-at-top
 from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
 from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
-from lingpipe.layers import conv  # pylint: disable=g-import-not-at-top
 from lingpipe.layers import linear  # pylint: disable=g-import-not-at-top
 from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
-from lingpipe.layers import transformer  # pylint: disable=g-import-not-at-top
+import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
-class Model:
-  """A stack of layers and a batch for it."""
-
-  def __init__(self, name, layers, inputs):
-    self.name, self.layers, self.inputs = name, layers, inputs
+Model = workloads.Workload  # name, layers (layer Params), inputs
 
 
-def TransformerStack(num_layers=8, batch=64, seq_len=32, dim=128, hidden=512, heads=4):
-  layer = transformer.TransformerLayer.Params().Set(model_dim=dim, hidden_dim=hidden, num_heads=heads)
-  rng = np.random.RandomState(0)
-  inputs = NestedMap(x=tf.constant(rng.normal(size=(batch, seq_len, dim)), tf.float32),
-                     paddings=tf.zeros([batch, seq_len]))
-  return Model('transformer T(%d,%d,%d) d=%d, batch %dx%d' % (num_layers, hidden, heads, dim, batch, seq_len),
-               [layer.Copy() for _ in range(num_layers)], inputs)
+def TransformerStack(num_layers=8, batch=64):
+  return workloads.Make('transformer', layers=num_layers, batch=batch)
 
 
-def ConvStack(num_layers=8, batch=64, size=32, channels=32):
-  layer = conv.Conv2DLayer.Params().Set(filter_shape=(3, 3, channels, channels), activation='relu')
-  inputs = tf.constant(np.random.RandomState(0).normal(size=(batch, size, size, channels)), tf.float32)
-  return Model('conv %d x 3x3x%d, batch %d of %dx%d' % (num_layers, channels, batch, size, size),
-               [layer.Copy() for _ in range(num_layers)], inputs)
+def ConvStack():
+  return workloads.Make('conv')
 
 
 def AmoebaNet(num_cells=6, filters=32, batch=64):

@@ -19,6 +19,7 @@ micro-batches on the cell's device and handed over once per pass.
 import tensorflow as tf
 
 from lingpipe.gpipe import schedule as schedule_lib
+from lingpipe.gpipe import timeline
 
 
 def HandOff(structure, device):
@@ -91,13 +92,33 @@ def _Write(arrays, m, structure, num_micro, device):
   return written
 
 
+def _Run(recorder, times, k, m, num_micro, device, waits_for, action, stamped):
+  """action(), its (start, end) written to times[k] (a TensorArray of (m, start, end) rows on `device`) when
+  `recorder` is set: `stamped` actions return their own stamps as a last output (timeline.Stamped), others are
+  stamped from outside (timeline.Timed, which waits for `waits_for`)."""
+  if recorder is None:
+    return action()
+  if stamped:
+    *outputs, stamps = action()
+    outputs = tuple(outputs)
+  else:
+    outputs, stamps = timeline.Timed(device, waits_for, action)
+    stamps = tf.stack(stamps)
+  with tf.device(device):
+    array = times[k] if k in times else tf.TensorArray(tf.float64, size=num_micro, element_shape=[3])
+    times[k] = array.write(m, tf.concat([[tf.cast(m, tf.float64)], stamps], 0))
+  return outputs
+
+
 def _Read(arrays, m, like, device):
   with tf.device(device):
     return tf.nest.pack_sequence_as(like, [a.read(m) for a in arrays])
 
 
-def Forward(cell_fns, params, devices, micro, stacked, training, stash, loop, taped=(), record=None):
-  """The forward pass. cell_fns[k](inputs, index, params[k]) -> (outputs, bn moments {path: [(mean, var)]}).
+def Forward(cell_fns, params, devices, micro, stacked, training, stash, loop, taped=(), record=None, recorder=None,
+            name=''):
+  """The forward pass. cell_fns[k](inputs, index, params[k]) -> (outputs, bn moments {path: [(mean, var, weight)]}),
+  and a last output, [start, end], when recording (timeline.Stamped).
   `micro`: the micro-batches, a list; `stacked`: the same as microbatch.Stacked gives them (used when Looped).
 
   Returns the state: {'outs': TensorArrays of the last cell's outputs, 'stash': {k: TensorArrays of cell k's
@@ -105,14 +126,16 @@ def Forward(cell_fns, params, devices, micro, stacked, training, stash, loop, ta
   part's weight), 'like': {k: structure
   of cell k's inputs}, 'out_like': the structure of the outputs, 'inputs': the micro-batches (MicroBatches),
   which the backward reads again}. Tasks in `taped` (only without `loop`) run under a GradientTape
-  recorded in `record[(m, k)] = (inputs, outputs, tape)`.
+  recorded in `record[(m, k)] = (inputs, outputs, tape)`. With a timeline.Recorder, every task's timestamps are
+  added to it as pipeline `name`'s forward pass.
   """
   num_cells, num_micro = len(cell_fns), len(micro)
   inputs = MicroBatches(micro, stacked, devices[0])
   like = {}
 
   def Tick(t, state):
-    state = dict(state, carry=dict(state['carry']), stash=dict(state['stash']), bn=dict(state['bn']))
+    state = dict(state, carry=dict(state['carry']), stash=dict(state['stash']), bn=dict(state['bn']),
+                 times=dict(state['times']))
     for k in reversed(range(num_cells)):  # Cell k reads what cell k-1 handed over at the previous tick.
       m = schedule_lib.MicroBatchAt(t, k, num_micro, num_cells)
       if m is None:
@@ -120,16 +143,17 @@ def Forward(cell_fns, params, devices, micro, stacked, training, stash, loop, ta
       cell_in = inputs.At(m) if k == 0 else state['carry'][k - 1]
       like.setdefault(k, cell_in)
       deps = [x for x in tf.nest.flatten(state['carry'].get(k)) if x is not None]
+      call = lambda k=k, m=m, cell_in=cell_in: cell_fns[k](cell_in, Index(m), params[k])
       with tf.device(devices[k]), tf.control_dependencies(deps):
         if isinstance(m, int) and (m, k) in taped:
           tape = tf.GradientTape(watch_accessed_variables=False)
           with tape:
             tape.watch([x for x in tf.nest.flatten(cell_in) if x.dtype.is_floating])
             tape.watch(params[k])
-            cell_out, stats = cell_fns[k](cell_in, Index(m), params[k])
+            cell_out, stats = _Run(recorder, state['times'], k, m, num_micro, devices[k], cell_in, call, True)
           record[(m, k)] = (cell_in, cell_out, tape)
         else:
-          cell_out, stats = cell_fns[k](cell_in, Index(m), params[k])
+          cell_out, stats = _Run(recorder, state['times'], k, m, num_micro, devices[k], cell_in, call, True)
       if stash and k > 0:
         state['stash'][k] = _Write(state['stash'].get(k), m, cell_in, num_micro, devices[k])
       if k + 1 < num_cells:
@@ -145,9 +169,11 @@ def Forward(cell_fns, params, devices, micro, stacked, training, stash, loop, ta
           state['bn'][path] = sums
     return state
 
-  state = RunTicks(Tick, dict(carry={}, stash={}, bn={}, outs=None), num_micro, num_cells, loop)
+  state = RunTicks(Tick, dict(carry={}, stash={}, bn={}, outs=None, times={}), num_micro, num_cells, loop)
   state['like'], state['inputs'] = like, inputs
   state['out_like'] = state['carry'][num_cells - 1]
+  if recorder is not None:
+    recorder.Add(name, timeline.FORWARD, devices, [state['times'][k].stack() for k in range(num_cells)])
   return state
 
 
@@ -169,14 +195,16 @@ def Outputs(forward_state):
 
 
 def Backward(backward_fns, params, zeros, devices, dy_micro, dy_stacked, forward_state, loop, taped_backward=None,
-             record=None):
+             record=None, recorder=None, name=''):
   """The backward pass, cell K-1 first. backward_fns[k](inputs, upstream, index, params[k], accumulated) ->
-  (input grads, accumulated + param grads); zeros[k]() starts cell k's accumulation. `dy_micro` and `dy_stacked`
+  (input grads, accumulated + param grads, and [start, end] when recording); zeros[k]() starts cell k's
+  accumulation. `dy_micro` and `dy_stacked`
   are the output gradients, as `micro` and `stacked` of Forward.
 
   Returns (per-leaf TensorArrays of the first cell's input gradients (None for non-float leaves), {k: parameter
   gradients summed over the micro-batches}). Tasks recorded in `record` use their tape
-  (`taped_backward(params, inputs, upstream, tape, outputs)` -> (input grads, param grads)).
+  (`taped_backward(params, inputs, upstream, tape, outputs)` -> (input grads, param grads)). With a
+  timeline.Recorder, every task's timestamps are added to it as pipeline `name`'s backward pass.
   """
   num_cells, num_micro = len(backward_fns), len(dy_micro)
   inputs = forward_state['inputs']
@@ -185,7 +213,7 @@ def Backward(backward_fns, params, zeros, devices, dy_micro, dy_stacked, forward
   like = forward_state['like']
 
   def Tick(s, state):
-    state = dict(state, grads=dict(state['grads']), acc=dict(state['acc']))
+    state = dict(state, grads=dict(state['grads']), acc=dict(state['acc']), times=dict(state['times']))
     for k in range(num_cells):  # Cell k reads what cell k+1 handed over at the previous tick.
       m = schedule_lib.MicroBatchAt(s, k, num_micro, num_cells, backward=True)
       if m is None:
@@ -204,10 +232,14 @@ def Backward(backward_fns, params, zeros, devices, dy_micro, dy_stacked, forward
       with tf.device(devices[k]), tf.control_dependencies(deps):
         acc = state['acc'][k] if k in state['acc'] else [Opaque(z) for z in zeros[k]()]
         if tape is None:
-          in_grads, state['acc'][k] = backward_fns[k](cell_in, upstream, Index(m), params[k], acc)
+          call = lambda k=k, m=m, cell_in=cell_in, upstream=upstream, acc=acc: backward_fns[k](
+              cell_in, upstream, Index(m), params[k], acc)
         else:
-          in_grads, param_grads = taped_backward(params[k], cell_in, upstream, tape, cell_out)
-          state['acc'][k] = [a + g for a, g in zip(acc, param_grads)]
+          def call(k=k, cell_in=cell_in, upstream=upstream, tape=tape, cell_out=cell_out, acc=acc):
+            in_grads, param_grads = taped_backward(params[k], cell_in, upstream, tape, cell_out)
+            return in_grads, [a + g for a, g in zip(acc, param_grads)]
+        in_grads, state['acc'][k] = _Run(recorder, state['times'], k, m, num_micro, devices[k],
+                                         [cell_in, upstream, acc], call, tape is None)
       if k > 0:
         handed = HandOff(in_grads, devices[k - 1])
         state['grads'][k] = {i: g for i, g in enumerate(handed) if g is not None}
@@ -217,7 +249,9 @@ def Backward(backward_fns, params, zeros, devices, dy_micro, dy_stacked, forward
         state['first'] = written
     return state
 
-  state = RunTicks(Tick, dict(grads={}, acc={}, first=None), num_micro, num_cells, loop)
+  state = RunTicks(Tick, dict(grads={}, acc={}, first=None, times={}), num_micro, num_cells, loop)
+  if recorder is not None:
+    recorder.Add(name, timeline.BACKWARD, devices, [state['times'][k].stack() for k in range(num_cells)])
   arrays = iter(state['first'])
   first = [None if t is None else next(arrays) for t in _FloatOrNone(like[0])]
   return first, state['acc']

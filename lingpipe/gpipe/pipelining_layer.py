@@ -39,6 +39,7 @@ from lingpipe.gpipe import microbatch
 from lingpipe.gpipe import partition
 from lingpipe.gpipe import remat
 from lingpipe.gpipe import schedule as schedule_lib
+from lingpipe.gpipe import timeline
 
 
 def DisableFunctionSpecialization():
@@ -235,32 +236,38 @@ class PipeliningLayer(base_layer.BaseLayer):
     first = tf.cast(micro_batch_index, tf.int32) * size
     return context.RealRows(self.params.batch_dim, tf.clip_by_value(num_micro * size - pad_rows - first, 0, size))
 
-  def _CellFn(self, k, r, training, padding=None):
+  def _CellFn(self, k, r, training, padding=None, stamped=False):
     """A tf.function running cell k of replica r on its device: (inputs, micro-batch index, parameter values) ->
-    (outputs, bn moments {layer path: [(mean, variance, weight)]}). One per `padding` (see _Body), which the
-    trace bakes in."""
-    key = ('forward', k, r, training, padding)
+    (outputs, bn moments {layer path: [(mean, variance, weight)]}), and with `stamped` its start and end times
+    (timeline.Stamped). One per `padding` (see _Body), which the trace bakes in."""
+    key = ('forward', k, r, training, padding, stamped)
     if key not in self._cell_fns:
 
       def Cell(inputs, micro_batch_index, params):
-        collector = context.BatchNormStats()
-        outputs = self._Body(k, r, training, inputs, micro_batch_index, params, collector, padding)
-        return outputs, {path: parts for path, (_, parts) in collector.moments.items()}
+        def Body():
+          collector = context.BatchNormStats()
+          outputs = self._Body(k, r, training, inputs, micro_batch_index, params, collector, padding)
+          return outputs, {path: parts for path, (_, parts) in collector.moments.items()}
+
+        if not stamped:
+          return Body()
+        (outputs, moments), stamps = timeline.Stamped(self._mesh[r][k], Body)
+        return outputs, moments, stamps
 
       # Not inlined: the graph keeps one call per (micro-batch, cell) instead of M copies of every cell, which keeps
       # graph optimization and time to first step flat in M.
       self._cell_fns[key] = tf.function(Cell, autograph=False, experimental_attributes={'_noinline': True})
     return self._cell_fns[key]
 
-  def _BackwardFn(self, k, r, padding=None):
+  def _BackwardFn(self, k, r, padding=None, stamped=False):
     """Cell k's re-computing backward task in replica r (remat.AccumulatingBackward), traced once per `padding`
     and called per micro-batch."""
-    key = ('backward', k, r, padding)
+    key = ('backward', k, r, padding, stamped)
     if key not in self._cell_fns:
       # Re-computation must not move batch-norm averages again: its moments are discarded.
       fn = lambda a, index, params: self._Body(k, r, True, a, index, params, context.BatchNormStats(discard=True),
                                                padding)
-      self._cell_fns[key] = remat.AccumulatingBackward(fn, self._mesh[r][k])
+      self._cell_fns[key] = remat.AccumulatingBackward(fn, self._mesh[r][k], stamped)
     return self._cell_fns[key]
 
   def _NumMicroBatches(self, inputs):
@@ -309,9 +316,11 @@ class PipeliningLayer(base_layer.BaseLayer):
         params.append(self._cell_params[k].Read())
     record = {}
     padding = self._Padding(micro, num_micro, pad_rows) if training else None
-    state = executor.Forward([self._CellFn(k, r, training, padding) for k in range(self._num_cells)], params,
-                             devices, micro, stacked, training, stash=training, loop=looped, taped=taped,
-                             record=record)
+    recorder = timeline.Current()
+    state = executor.Forward([self._CellFn(k, r, training, padding, recorder is not None)
+                              for k in range(self._num_cells)], params, devices, micro, stacked, training,
+                             stash=training, loop=looped, taped=taped, record=record, recorder=recorder,
+                             name=self._TimelineName(r))
     # With data parallelism the task collects the moments of every replica and moves the averages once.
     outer = context.CurrentBatchNormStats()
     moments = outer or context.BatchNormStats()
@@ -325,6 +334,9 @@ class PipeliningLayer(base_layer.BaseLayer):
       outputs = microbatch.MergeStacked(executor.Outputs(state), p.batch_dim, pad_rows)
     return outputs, NestedMap(state=state, record=record, params=params, pad_rows=pad_rows,
                               num_micro=num_micro, looped=looped, padding=padding)
+
+  def _TimelineName(self, replica):
+    return self.path if len(self._mesh) == 1 else '%s/replica_%d' % (self.path, replica)
 
   def _Padding(self, micro, num_micro, pad_rows):
     """(M, pad rows, micro-batch size) of a padded batch (see _Body), or None."""
@@ -368,10 +380,13 @@ class PipeliningLayer(base_layer.BaseLayer):
         with tf.device(devices[-1]):
           dy_stacked = (microbatch.Stacked(dy, forward.num_micro, p.batch_dim, forward.pad_rows)
                         if forward.looped else None)
+        recorder = timeline.Current()
         first, accumulated = executor.Backward(
-            [self._BackwardFn(k, r, forward.padding) for k in range(self._num_cells)], forward.params,
+            [self._BackwardFn(k, r, forward.padding, recorder is not None) for k in range(self._num_cells)],
+            forward.params,
             [cp.Zeros for cp in self._cell_params], devices, dy_micro, dy_stacked, forward.state,
-            loop=forward.looped, taped_backward=_TapedBackward, record=forward.record)
+            loop=forward.looped, taped_backward=_TapedBackward, record=forward.record, recorder=recorder,
+            name=self._TimelineName(r))
         with tf.device(devices[0]):
           input_grads = [None if a is None else microbatch.MergeStacked(a.stack(), p.batch_dim, forward.pad_rows)
                          for a in first]

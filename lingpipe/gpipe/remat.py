@@ -15,6 +15,7 @@ tensors with the same backward, for re-materialization outside a pipeline.
 import tensorflow as tf
 
 from lingpipe.core import context
+from lingpipe.gpipe import timeline
 
 POLICIES = ('always', 'except_last', 'never')
 
@@ -62,7 +63,7 @@ def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None):
   return input_grads, var_grads
 
 
-def AccumulatingBackward(fn, device):
+def AccumulatingBackward(fn, device, stamped=False):
   """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
 
   Step(inputs, output_grads, micro_batch_index, params, accumulated) -> (input grads, accumulated + param grads),
@@ -70,13 +71,20 @@ def AccumulatingBackward(fn, device):
   tensors, cell_params.py). Because the call is not inlined it starts only when all its arguments exist, so
   threading `accumulated` through the calls of one cell runs them one at a time, in schedule order: at most one
   micro-batch's recomputed activations per device are alive, and the partial gradients are summed as they come
-  (graph rewriting cannot turn the sum into one AddN that keeps all of them alive).
+  (graph rewriting cannot turn the sum into one AddN that keeps all of them alive). With `stamped`, Step also
+  returns its start and end times (timeline.Stamped).
   """
 
   def Step(inputs, output_grads, micro_batch_index, params, accumulated):
-    with tf.device(device):
+    def Body():
       input_grads, param_grads = Backward(lambda a: fn(a, micro_batch_index, params), params, inputs, output_grads)
       return input_grads, [a + g for a, g in zip(accumulated, param_grads)]
+
+    with tf.device(device):
+      if not stamped:
+        return Body()
+      (input_grads, accumulated), stamps = timeline.Stamped(device, Body)
+      return input_grads, accumulated, stamps
 
   return tf.function(Step, autograph=False, experimental_attributes={'_noinline': True})
 

@@ -1,0 +1,260 @@
+"""The measured timeline of a pipeline step: when each (cell, micro-batch) action ran on its device.
+
+How it is measured: timestamps in the graph. While recording, each cell's traced functions (its forward, its
+re-computing backward) take a `tf.timestamp()` as their first op and another once their outputs exist
+(`Stamped`): the function starts when all its inputs do, so `start` is when the action began on its device and
+`end` when its results existed, in the host's wall clock (one clock for all processes of a machine; across hosts
+their clocks' offset shows). The backward of a taped task (remat never, except_last) is not one function: its
+stamps wait for its inputs and outputs from outside (`Timed`) and may run late when the device's threads are busy.
+The pair is written to a small per-device TensorArray. The cost, paid only while recording, is two timestamps and
+one 3-float write per action (tools/pipeline_timeline.py measures it); without a Recorder nothing is added.
+(TensorFlow's profiler was the other way: its trace names a call only `PartitionedCallOp`, without the function or
+the micro-batch, and remote workers need their own profiler servers.)
+
+    recorder = timeline.Recorder()
+
+    @tf.function
+    def Step(x):
+      with timeline.Recording(recorder):
+        ...forward and backward of a model with PipeliningLayers...
+      return loss, recorder.Collect()
+
+    loss, rows = Step(x)
+    events = recorder.Events(rows)
+    timeline.WriteChromeTrace(events, 'step.json'); timeline.DrawGantt(events, 'step.png')
+    print(timeline.MeasuredBubble(events), timeline.TheoreticalBubble(num_micro, num_cells))
+"""
+
+import collections
+import contextlib
+import json
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+from lingpipe.core import errors
+
+FORWARD, BACKWARD = 'forward', 'backward'
+_STATE = threading.local()
+
+Event = collections.namedtuple('Event', 'pipeline device cell kind micro_batch start end')
+
+
+class Recorder:
+  """Collects the timestamps of every pipeline pass traced inside `Recording(self)`."""
+
+  def __init__(self):
+    self._passes = []  # (pipeline, kind, devices, [per-cell [M, 3] tensors: micro-batch, start, end])
+
+  def Reset(self):
+    self._passes = []
+
+  def Add(self, pipeline, kind, devices, rows):
+    """One pass (kind FORWARD or BACKWARD) of `pipeline` (a name) over `devices`: rows[k] is cell k's
+    [M, 3] float64 tensor of (micro-batch, start, end)."""
+    self._passes.append((pipeline, kind, list(devices), list(rows)))
+
+  def Collect(self):
+    """The recorded tensors, to return from the step function (a list: one [K, M, 3] tensor per pass)."""
+    if not self._passes:
+      raise errors.ConfigError('The timeline recorded nothing: no PipeliningLayer ran a pipeline (K > 1 or M > 1) '
+                               'inside timeline.Recording().')
+    return [tf.stack(rows) for _, _, _, rows in self._passes]
+
+  def Events(self, collected):
+    """Events, ordered by start time, of the numpy (or tensor) values Collect() gave."""
+    events = []
+    for (pipeline, kind, devices, _), values in zip(self._passes, collected):
+      values = np.asarray(values)
+      for k, device in enumerate(devices):
+        for m, start, end in values[k]:
+          events.append(Event(pipeline, device, k, kind, int(m), float(start), float(end)))
+    return sorted(events, key=lambda e: (e.start, e.cell))
+
+
+@contextlib.contextmanager
+def Recording(recorder):
+  """Within this block (while tracing a step), pipelines record their actions' timestamps into `recorder`."""
+  recorder.Reset()  # A new trace starts a new record.
+  stack = getattr(_STATE, 'stack', [])
+  _STATE.stack = stack + [recorder]
+  try:
+    yield recorder
+  finally:
+    _STATE.stack = stack
+
+
+def Current():
+  """The active Recorder, or None (the executor then records nothing)."""
+  stack = getattr(_STATE, 'stack', [])
+  return stack[-1] if stack else None
+
+
+_CLOCKS = {}
+
+
+def _Clock(device):
+  """A traced function returning tf.timestamp() on `device`. tf.function orders every stateful op that takes no
+  resource in program order, across devices: plain timestamp ops serialized the whole pipeline (measured: cell 0's
+  forward of micro-batch 1 waited for cell 1's of micro-batch 0). This function reads a variable of its own device,
+  so it is ordered only with writes of that variable (there are none) and costs no transfer. Its call is inlined
+  when the graph runs (the ordering was decided on the call, when the step was traced), so the two cheap ops run
+  on the thread that finished what they wait for; a call kept whole waited for a free inter-op thread and stamped
+  actions late (measured: an end 14 ms after the output existed, with both threads busy)."""
+  if device not in _CLOCKS:
+    with tf.init_scope(), tf.device(device):
+      anchor = tf.Variable(0.0, trainable=False, name='timeline_clock_anchor')
+
+    def Clock():
+      with tf.control_dependencies([anchor.read_value()]):
+        return tf.timestamp()
+
+    _CLOCKS[device] = tf.function(Clock, autograph=False)
+  return _CLOCKS[device]
+
+
+def Stamped(device, body):
+  """Inside a traced function: (outputs of body(), (start, end)), `start` taken before anything of the body runs
+  (the function starts once all its inputs exist) and `end` once its outputs do, on the thread that made them."""
+  clock = _Clock(device)
+  start = clock()
+  with tf.control_dependencies([start]):
+    outputs = body()
+  with tf.control_dependencies([t for t in tf.nest.flatten(outputs) if t is not None]):
+    end = clock()
+  return outputs, tf.stack([start, end])
+
+
+def Timed(device, waits_for, action):
+  """(outputs of action(), (start, end)) with the action's call and both timestamps on `device`; `start` waits for
+  `waits_for` (tensors or ops), the call for `start`, `end` for the outputs."""
+  clock = _Clock(device)
+  with tf.device(device):
+    with tf.control_dependencies([t for t in tf.nest.flatten(waits_for) if t is not None]):
+      start = clock()
+    with tf.control_dependencies([start]):
+      outputs = action()
+    with tf.control_dependencies([t for t in tf.nest.flatten(outputs) if t is not None]):
+      end = clock()
+  return outputs, (start, end)
+
+
+# -- analysis ------------------------------------------------------------------------------------------------------
+def TheoreticalBubble(num_micro_batches, num_cells):
+  """GPipe's idle fraction of each device: (K-1)/(M+K-1)."""
+  return (num_cells - 1) / (num_micro_batches + num_cells - 1)
+
+
+def MeasuredBubble(events):
+  """The mean over devices of the fraction of the step (first start to last end, all devices) each device was
+  idle, for each pipeline: {pipeline: fraction}."""
+  result = {}
+  for pipeline in sorted({e.pipeline for e in events}):
+    own = [e for e in events if e.pipeline == pipeline]
+    span = max(e.end for e in own) - min(e.start for e in own)
+    idle = []
+    for device in sorted({e.device for e in own}):
+      busy = _Union([(e.start, e.end) for e in own if e.device == device])
+      idle.append(1.0 - busy / span if span > 0 else 0.0)
+    result[pipeline] = float(np.mean(idle))
+  return result
+
+
+def _Lanes(events):
+  """A lane for each event (events sorted by start) such that events of one lane do not overlap: a device whose
+  actions overlap in time shows them side by side instead of one over the other."""
+  ends, lanes = [], []
+  for e in events:
+    lane = next((i for i, end in enumerate(ends) if end <= e.start), len(ends))
+    if lane == len(ends):
+      ends.append(e.end)
+    ends[lane] = e.end
+    lanes.append(lane)
+  return lanes or [0]
+
+
+def _Union(intervals):
+  """Total length covered by the intervals (overlapping ones counted once)."""
+  total, current = 0.0, None
+  for start, end in sorted(intervals):
+    if current is None or start > current[1]:
+      if current is not None:
+        total += current[1] - current[0]
+      current = [start, end]
+    else:
+      current[1] = max(current[1], end)
+  return total + (current[1] - current[0] if current else 0.0)
+
+
+# -- outputs -------------------------------------------------------------------------------------------------------
+def ChromeTrace(events):
+  """The events as a Chrome trace (chrome://tracing, Perfetto): one process per pipeline, one thread per device."""
+  origin = min(e.start for e in events)
+  pipelines = sorted({e.pipeline for e in events})
+  trace = []
+  for p, pipeline in enumerate(pipelines):
+    trace.append(dict(name='process_name', ph='M', pid=p, tid=0, args=dict(name=pipeline)))
+    devices = sorted({(e.cell, e.device) for e in events if e.pipeline == pipeline})
+    for cell, device in devices:
+      trace.append(dict(name='thread_name', ph='M', pid=p, tid=cell, args=dict(name='cell %d on %s' % (cell,
+                                                                                                     device))))
+  for e in events:
+    trace.append(dict(name='%s %d' % ('F' if e.kind == FORWARD else 'B', e.micro_batch), cat=e.kind, ph='X',
+                      ts=(e.start - origin) * 1e6, dur=(e.end - e.start) * 1e6, pid=pipelines.index(e.pipeline),
+                      tid=e.cell, args=dict(micro_batch=e.micro_batch, device=e.device)))
+  return dict(traceEvents=trace, displayTimeUnit='ms')
+
+
+def WriteChromeTrace(events, path):
+  with open(path, 'w') as f:
+    json.dump(ChromeTrace(events), f)
+
+
+def ShortDevice(device):
+  """'/job:worker/replica:0/task:1/device:CPU:0' -> 'task:1/CPU:0'; a local device -> 'CPU:1'."""
+  parts = device.split('/')
+  name = parts[-1].replace('device:', '')
+  task = [p for p in parts if p.startswith('task:')]
+  return '%s/%s' % (task[0], name) if task and '/job:localhost/' not in device else name
+
+
+def DrawGantt(events, path, title=''):
+  """A PNG Gantt chart: a row per device, forward and backward actions in two colours with their micro-batch
+  numbers, idle time shaded."""
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use('Agg')
+    from matplotlib import pyplot  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise errors.ConfigError('Drawing the timeline needs matplotlib: pip install matplotlib (or lingpipe[test]).') \
+        from e
+  origin = min(e.start for e in events)
+  rows = sorted({(e.pipeline, e.cell, e.device) for e in events})
+  span_ms = (max(e.end for e in events) - origin) * 1e3
+  figure, axes = pyplot.subplots(figsize=(12, 0.6 * len(rows) + 1.4))
+  for y, (pipeline, cell, device) in enumerate(rows):
+    axes.barh(y, span_ms, left=0, height=0.8, color='#e8e8e8')  # Idle unless an action covers it.
+    own = [e for e in events if (e.pipeline, e.cell, e.device) == (pipeline, cell, device)]
+    lanes = _Lanes(own)
+    height = 0.8 / (max(lanes) + 1)
+    for e, lane in zip(own, lanes):
+      left, width = (e.start - origin) * 1e3, (e.end - e.start) * 1e3
+      centre = y - 0.4 + height * (lane + 0.5)
+      axes.barh(centre, width, left=left, height=height, color='#4c72b0' if e.kind == FORWARD else '#dd8452',
+                edgecolor='white', linewidth=0.5)
+      if width > span_ms / 150:
+        axes.text(left + width / 2, centre, str(e.micro_batch), ha='center', va='center', fontsize=7, color='white')
+  axes.set_yticks(range(len(rows)))
+  axes.set_yticklabels(['cell %d (%s)' % (cell, ShortDevice(device)) + ('' if len({r[0] for r in rows}) == 1
+                                                                       else ' ' + pipeline)
+                        for pipeline, cell, device in rows])
+  axes.invert_yaxis()
+  axes.set_xlabel('ms since the first action')
+  axes.set_xlim(0, span_ms)
+  bubble = ', '.join('%.3f' % b for b in MeasuredBubble(events).values())
+  axes.set_title((title + '\n' if title else '') + 'forward (blue), backward (orange), idle (grey); measured '
+                 'bubble %s' % bubble, fontsize=9)
+  figure.tight_layout()
+  figure.savefig(path, dpi=110)
+  pyplot.close(figure)

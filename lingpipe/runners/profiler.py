@@ -1,0 +1,69 @@
+"""--mode=profile: the measured timeline of a model's training step (lingpipe/gpipe/timeline.py).
+
+Runs training steps of the model on one batch of its training input, from the newest checkpoint (or fresh
+weights), records when each pipeline action ran on its device, and writes logdir/profile/step_<N>.png (a Gantt
+chart) and step_<N>.json (a Chrome trace) of the median step, with the measured bubble beside (K-1)/(M+K-1).
+Nothing is saved: the profiled steps' updates stay in memory, so it may run while the model trains.
+"""
+
+import os
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from lingpipe.core import cluster
+from lingpipe.gpipe import timeline
+from lingpipe.runners import checkpointer
+
+PROFILE_DIR = 'profile'
+
+
+def Profile(p, logdir, steps=5, warmup=2, out=None):
+  """Profiles `steps` training steps after `warmup` ones; returns {pipeline: (measured, theoretical bubble)}."""
+  mesh = cluster.Current()
+  with mesh.Placement():
+    task = p.task.Instantiate()
+    optimizer = task.CreateOptimizer()
+  schedule = task.CreateLearningRateSchedule()
+  global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
+  latest = checkpointer.LatestCheckpoint(os.path.join(logdir, checkpointer.TRAIN_DIR))
+  if latest:
+    checkpointer.Restore(tf.train.Checkpoint(step=global_step, task=task), latest, exact_task=True)
+  batch = next(iter(p.input.Instantiate().GetDataset()))  # One batch: one trace, so one recorded layout.
+  recorder = timeline.Recorder()
+
+  @tf.function(autograph=False)
+  def Step(batch):
+    with mesh.Placement(), timeline.Recording(recorder):
+      result = task.TrainStep(batch, global_step, optimizer, schedule)
+      return result.loss, recorder.Collect()
+
+  for _ in range(warmup):
+    Step(batch)[0].numpy()
+  runs, seconds = [], []
+  for _ in range(steps):
+    start = time.perf_counter()
+    _, rows = Step(batch)
+    runs.append(recorder.Events([r.numpy() for r in rows]))
+    seconds.append(time.perf_counter() - start)
+  spans = [max(e.end for e in events) - min(e.start for e in events) for events in runs]
+  events = runs[int(np.argsort(spans)[len(spans) // 2])]
+  step = int(global_step.numpy())
+  directory = os.path.join(logdir, PROFILE_DIR)
+  os.makedirs(directory, exist_ok=True)
+  png, trace = (os.path.join(directory, 'step_%d.%s' % (step, ext)) for ext in ('png', 'json'))
+  timeline.DrawGantt(events, png, '%s at step %d (the median of %d profiled steps)' % (p.model, step, steps))
+  timeline.WriteChromeTrace(events, trace)
+  result = {}
+  for pipeline, measured in timeline.MeasuredBubble(events).items():
+    own = [e for e in events if e.pipeline == pipeline]
+    num_cells, num_micro = 1 + max(e.cell for e in own), 1 + max(e.micro_batch for e in own)
+    result[pipeline] = (measured, timeline.TheoreticalBubble(num_micro, num_cells))
+    print('Profile of %s at step %d: pipeline %s (K=%d, M=%d): bubble measured %.3f, theoretical (K-1)/(M+K-1) '
+          '%.3f' % (p.model, step, pipeline, num_cells, num_micro, measured, result[pipeline][1]), file=out,
+          flush=True)
+  print('Step %.3f s (median of %d, recording included). Wrote %s and %s (chrome://tracing, ui.perfetto.dev).' % (
+      statistics.median(seconds), steps, png, trace), file=out, flush=True)
+  return result

@@ -1,0 +1,127 @@
+"""The measured timeline: recording changes no result, respects the schedule's dependencies, lets cells overlap;
+the bubble, the Chrome trace, the Gantt chart; the tool and --mode=profile."""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingpipe.core import context
+from lingpipe.core import errors
+from lingpipe.gpipe import timeline
+import pipeline_test_util as util
+import trainer_test_util
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tools'))
+import pipeline_timeline  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def _Steps(pipe, x, recorder):
+  """(recorded step, plain step) tf.functions: loss and gradients (and the recorded rows)."""
+
+  def Body(x):
+    with tf.GradientTape() as tape:
+      with context.Training(True):
+        loss = tf.reduce_sum(tf.square(pipe.FProp(x)))
+    return loss, tape.gradient(loss, pipe.trainable_variables)
+
+  @tf.function(autograph=False)
+  def Recorded(x):
+    with timeline.Recording(recorder):
+      result = Body(x)
+      return result, recorder.Collect()
+
+  return Recorded, tf.function(Body, autograph=False)
+
+
+@pytest.mark.parametrize('remat', ['always', 'except_last', 'never'])
+def test_recording_changes_no_result_and_follows_the_schedule(remat):
+  num_micro, num_cells = 6, 2  # M > K: the steady ticks run as a loop (remat always).
+  _, pipe = util.Pair(util.Tanh(4, dim=64), num_splits=num_cells, num_micro_batches=num_micro, remat=remat)
+  x = tf.constant(np.random.RandomState(0).normal(size=(48, 64)), tf.float32)
+  recorder = timeline.Recorder()
+  recorded, plain = _Steps(pipe, x, recorder)
+  result, rows = recorded(x)
+  util.AssertClose(plain(x), result)
+  events = recorder.Events(rows)
+  assert len(events) == 2 * num_micro * num_cells
+  for k in range(num_cells):
+    own = [e for e in events if e.cell == k]
+    assert all(e.start <= e.end for e in own)
+    assert [e.micro_batch for e in own if e.kind == timeline.FORWARD] == list(range(num_micro))
+    if remat == 'always':  # The taped backward of the other policies may interleave its tasks' ops.
+      assert [e.micro_batch for e in own if e.kind == timeline.BACKWARD] == list(reversed(range(num_micro)))
+  by_key = {(e.kind, e.cell, e.micro_batch): e for e in events}
+  for m in range(num_micro):  # Each task starts after the task whose output it reads has ended.
+    assert by_key[('forward', 1, m)].start >= by_key[('forward', 0, m)].end
+    assert by_key[('backward', 0, m)].start >= by_key[('backward', 1, m)].end
+
+
+def test_cells_overlap_while_recording():
+  """Plain tf.timestamp ops are chained in program order by tf.function, which serialized every action: cell 0's
+  forward of micro-batch 1 began only when cell 1's of micro-batch 0 had ended. Recording must not do that."""
+  _, pipe = util.Pair(util.Tanh(4, dim=256), num_splits=2, num_micro_batches=4, remat='always')
+  x = tf.constant(np.random.RandomState(0).normal(size=(512, 256)), tf.float32)
+  recorder = timeline.Recorder()
+  recorded, _ = _Steps(pipe, x, recorder)
+  overlaps = []
+  for _ in range(4):
+    events = {(e.kind, e.cell, e.micro_batch): e for e in recorder.Events(recorded(x)[1])}
+    overlaps.append(events[('forward', 0, 1)].start < events[('forward', 1, 0)].end)
+  assert any(overlaps), overlaps
+
+
+def _Event(cell, kind, m, start, end, device=None):
+  return timeline.Event('net', device or 'CPU:%d' % cell, cell, kind, m, start, end)
+
+
+def test_measured_bubble_chrome_trace_and_gantt_chart(tmp_path):
+  f, b = timeline.FORWARD, timeline.BACKWARD
+  # K=2, M=2, every action 1 s, the loss between the passes free: GPipe's ideal, bubble (K-1)/(M+K-1) = 1/3.
+  events = [_Event(0, f, 0, 0, 1), _Event(0, f, 1, 1, 2), _Event(1, f, 0, 1, 2), _Event(1, f, 1, 2, 3),
+            _Event(1, b, 1, 3, 4), _Event(1, b, 0, 4, 5), _Event(0, b, 1, 4, 5), _Event(0, b, 0, 5, 6)]
+  assert timeline.MeasuredBubble(events) == {'net': pytest.approx(1 / 3)}
+  assert timeline.TheoreticalBubble(2, 2) == pytest.approx(1 / 3)
+  # Overlapping actions of one device count once.
+  assert timeline.MeasuredBubble([_Event(0, f, 0, 0, 2), _Event(0, f, 1, 1, 3), _Event(1, f, 0, 0, 4)]) == {
+      'net': pytest.approx((0.25 + 0.0) / 2)}
+  trace = timeline.ChromeTrace(events)
+  actions = [e for e in trace['traceEvents'] if e['ph'] == 'X']
+  assert len(actions) == 8 and actions[0]['name'] == 'F 0' and actions[-1]['dur'] == pytest.approx(1e6)
+  assert {e['args']['name'] for e in trace['traceEvents'] if e['name'] == 'thread_name'} == {
+      'cell 0 on CPU:0', 'cell 1 on CPU:1'}
+  timeline.WriteChromeTrace(events, str(tmp_path / 't.json'))
+  assert json.load(open(tmp_path / 't.json')) == json.loads(json.dumps(trace))
+  timeline.DrawGantt(events, str(tmp_path / 't.png'), 'a title')
+  assert open(tmp_path / 't.png', 'rb').read(8) == b'\x89PNG\r\n\x1a\n'
+  assert timeline.ShortDevice('/job:worker/replica:0/task:1/device:CPU:0') == 'task:1/CPU:0'
+  assert timeline.ShortDevice('/job:localhost/replica:0/task:0/device:CPU:1') == 'CPU:1'
+
+
+def test_collecting_without_a_pipeline_is_a_clear_error():
+  with pytest.raises(errors.ConfigError, match='The timeline recorded nothing: no PipeliningLayer ran'):
+    timeline.Recorder().Collect()
+
+
+def test_the_timeline_tool_writes_the_chart_and_the_trace(tmp_path):
+  result = pipeline_timeline.main(['--workload=dense', '--layers=3', '--width=32', '--batch=32', '--warmup=1',
+                                   '--steps=2', '--num_micro_batches=4', '--out_dir=%s' % tmp_path])
+  assert result['theoretical_bubble'] == pytest.approx(0.2)
+  assert 0.0 <= result['measured_bubble'] < 1.0 and result['recording_cost'] > 0
+  assert os.path.getsize(result['png']) > 1000
+  assert len([e for e in json.load(open(result['trace']))['traceEvents'] if e['ph'] == 'X']) == 16
+
+
+def test_profile_mode_writes_the_timeline_of_a_training_step(capsys, tmp_path):
+  logdir = str(tmp_path / 'run')
+  code, out, err = trainer_test_util.RunTrainer(capsys, '--model=synthetic.DeepMlpGPipe', '--logdir=' + logdir,
+                                                '--mode=profile', '--profile_steps=2')
+  assert code == 0, err
+  assert 'pipeline deep_mlp/network (K=2, M=4): bubble measured ' in out
+  assert 'theoretical (K-1)/(M+K-1) 0.200' in out
+  assert sorted(os.listdir(os.path.join(logdir, 'profile'))) == ['step_0.json', 'step_0.png']
+  line = trainer_test_util.Error(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=profile')
+  assert line.startswith('The timeline recorded nothing')
