@@ -57,7 +57,8 @@ def test_recording_changes_no_result_and_follows_the_schedule(remat):
   by_key = {(e.kind, e.cell, e.micro_batch): e for e in events}
   for m in range(num_micro):  # Each task starts after the task whose output it reads has ended.
     assert by_key[('forward', 1, m)].start >= by_key[('forward', 0, m)].end
-    assert by_key[('backward', 0, m)].start >= by_key[('backward', 1, m)].end
+    if remat == 'always':  # A taped task's end also waits for its weight-gradient sum, which the next need not.
+      assert by_key[('backward', 0, m)].start >= by_key[('backward', 1, m)].end
 
 
 def test_cells_overlap_while_recording():

@@ -5,13 +5,16 @@ process running the whole model: measured speed-up beside the ideal K*M/(M+K-1) 
     python tools/pipeline_benchmark.py --sections=multiprocess      # the same, as a section of the benchmark
 
 The model is Table 1's Transformer T(8, 512, 4), model depth 128, at batch 64 and 256 sequences of 32 tokens
-(--batch), remat never (--remat). Roles, each its own process: `plain` (the whole model, pinned to core 0,
-intra_op = inter_op = 1), also run twice at once on the two cores (the machine's own two-core ceiling); two
-lingpipe-workers (core 0 and core 1, one thread each); `client`, a trainer-like process that connects to them with
+(--batch), remat never (--remat); --workload=dense|conv and the size flags choose another (tools/workloads.py).
+Roles, each its own process: `plain` (the whole model, pinned to core 0, intra_op = inter_op = 1), also run twice
+at once on the two cores (the machine's own two-core ceiling); two lingpipe-workers (core 0 and core 1, one thread
+each); `client`, a trainer-like process that connects to them with
 lingpipe's remote.Connect and times a training step (forward, backward, gradients left on the workers) of a
 PipeliningLayer with K=2 and with K=1 (on one worker) for each M. The last columns compare K=2 with K=1 at the
-same M, i.e. with the cost of small micro-batches on a CPU taken out. Everything is timed in one run, side by
-side, so the ratios are comparable on a noisy machine.
+same M, i.e. with the cost of small micro-batches on a CPU taken out; the last table factors the speed-up over
+the plain model into the one-cell pipeline's cost, the micro-batch efficiency and the schedule's gain
+(workloads.Decomposition). Everything is timed in one run, side by side, so the ratios are comparable on a noisy
+machine.
 """
 
 import argparse
@@ -35,7 +38,7 @@ def _Args(argv=None):
   parser.add_argument('--out', default='multiprocess_benchmark.json', help='Where to write the JSON results.')
   parser.add_argument('--steps', type=int, default=7, help='Timed steps per configuration (median is kept).')
   parser.add_argument('--micro_batches', default=','.join(map(str, MICRO_BATCHES)), help='Values of M.')
-  parser.add_argument('--batch', default='64,256', help='Sequences per batch (of 32 tokens); a list runs each.')
+  workloads.AddFlags(parser, default='transformer', batch_list=True)
   parser.add_argument('--remat', default='never', help='The pipeline\'s re-materialization policy.')
   parser.add_argument('--worker_threads', type=int, default=1, help='Intra- and inter-op threads per worker.')
   parser.add_argument('--role', default='main', choices=['main', 'plain', 'client'], help=argparse.SUPPRESS)
@@ -43,9 +46,9 @@ def _Args(argv=None):
   return parser.parse_args(argv)
 
 
-def _Model(batch=64):
-  """The Transformer stack of Table 1: T(8, 512, 4), model depth 128, `batch` x 32 tokens; and its layers."""
-  workload = workloads.Make('transformer', batch=batch)
+def _Model(args):
+  """(layers, inputs) of the workload of `args` (a child's: --batch is one size)."""
+  workload = workloads.FromArgs(args, int(args.batch))
   return workload.layers, workload.inputs
 
 
@@ -62,7 +65,8 @@ def _TimeSteps(layer, inputs, steps, mesh=None):
     with mesh.Placement() if mesh else contextlib.nullcontext():  # The backward too, as in BaseTask.TrainStep.
       with tf.GradientTape() as tape:
         with context.Training(True):
-          loss = tf.reduce_mean(tf.square(layer.FProp(inputs).x))
+          out = layer.FProp(inputs)
+          loss = tf.reduce_mean(tf.square(out.x if isinstance(out, dict) else out))
       grads = tape.gradient(loss, layer.trainable_variables)
       norms = []
       for g, v in zip(grads, layer.trainable_variables):
@@ -87,7 +91,7 @@ def _Plain(args):
   tf.config.threading.set_intra_op_parallelism_threads(1)
   tf.config.threading.set_inter_op_parallelism_threads(1)
   from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
-  layers, inputs = _Model(int(args.batch))
+  layers, inputs = _Model(args)
   layer = sequential.SequentialLayer.Params().Set(name='net', sub=layers).Instantiate()
   return {'plain': _TimeSteps(layer, inputs, args.steps)}
 
@@ -97,7 +101,7 @@ def _Client(args):
   from lingpipe.core import remote  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
   mesh = remote.Connect(remote.ParseClusterSpec(args.cluster_spec), cluster.Params(), 2)
-  layers, inputs = _Model(int(args.batch))
+  layers, inputs = _Model(args)
   results = {}
   micro = list(map(int, args.micro_batches.split(',')))
   configs = [(1, 1)] + [(k, m) for m in micro for k in (1, 2) if (k, m) != (1, 1)]
@@ -130,17 +134,19 @@ def _RunChild(role, extra, pin=None):
   return _Result(_StartChild(role, extra, pin))
 
 
-def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat='never'):
-  """Runs the comparison; prints the table and returns the results."""
+def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat='never',
+        workload_flags=('--workload=transformer',)):
+  """Runs the comparison; prints the tables and returns the results."""
   from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
   cores = sorted(os.sched_getaffinity(0))
   if len(cores) < 2:
     raise SystemExit('The multi-process benchmark needs 2 cores; this process may use %d.' % len(cores))
   flags = ['--steps=%d' % steps, '--micro_batches=' + ','.join(map(str, micro_batches)), '--batch=%d' % batch,
-           '--remat=' + remat]
-  print('\n## Transformer T(8, 512, 4) d=128, batch %d x 32: K=2 over 2 worker processes (pinned to cores %d and '
-        '%d, %d thread(s) each) vs one pinned process' % (batch, cores[0], cores[1], worker_threads), flush=True)
+           '--remat=' + remat] + list(workload_flags)
+  name = workloads.FromArgs(_Args(flags), batch).name
+  print('\n## %s, remat %s: K=2 over 2 worker processes (pinned to cores %d and %d, %d thread(s) each) vs one '
+        'pinned process' % (name, remat, cores[0], cores[1], worker_threads), flush=True)
   plain = _RunChild('plain', flags, pin={cores[0]})['plain']
   # The machine's own ceiling: two independent plain processes, one per core, against one alone (shared caches,
   # memory bandwidth and clock boost make it less than 2 on small VMs).
@@ -150,7 +156,8 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   pins = [{cores[0]}, {cores[1]}]
   with local_cluster.LocalCluster(2, pin_cores=pins, threads=worker_threads) as workers:
     remote_rows = _RunChild('client', flags + ['--cluster_spec=' + workers.spec_text])
-  results = {'batch': batch, 'remat': remat, 'plain': plain, 'remote': remote_rows, 'two_core_ceiling': ceiling, 'speedup': {}}
+  results = {'workload': name, 'batch': batch, 'remat': remat, 'plain': plain, 'remote': remote_rows,
+             'two_core_ceiling': ceiling, 'speedup': {}}
   print('two plain processes on two cores run %.2fx the throughput of one (the most a 2-way split can give here)'
         % ceiling)
   print('one pinned process, whole model: %.3f s/step; K=1 on one worker: %.3f s/step (%.2fx its throughput)' % (
@@ -169,6 +176,9 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
                                  over_k1_same_m_ratio=same_m / ideal)
     print('%-6d %10.2f %10.2f %10.2f %16.2f %10.2f %12.2f %10.2f' % (
         m, measured, ideal, measured / ideal, machine, measured / machine, same_m, same_m / ideal), flush=True)
+  print('where the time goes (vs plain: the pinned plain process; the other step times on the workers):')
+  results['decomposition'] = workloads.Decomposition(
+      plain['step_s'], {key: row['step_s'] for key, row in remote_rows.items()}, 2, micro_batches)
   return results
 
 
@@ -179,9 +189,10 @@ def main():
   elif args.role == 'client':
     print(json.dumps(_Client(args)))
   else:
-    results = {'batch_%s' % batch: Run(args.steps, [int(m) for m in args.micro_batches.split(',')],
-                                       args.worker_threads, int(batch), args.remat)
-               for batch in args.batch.split(',')}
+    batches = workloads.Batches(args) if args.batch or args.workload != 'transformer' else [64, 256]
+    results = {'batch_%d' % batch: Run(args.steps, [int(m) for m in args.micro_batches.split(',')],
+                                       args.worker_threads, batch, args.remat, workloads.SizeFlags(args))
+               for batch in batches}
     with open(args.out, 'w') as f:
       json.dump(results, f, indent=2, sort_keys=True)
     print('Wrote %s' % args.out)

@@ -2,6 +2,7 @@ r"""GPipe benchmark: throughput over K and M (the paper's Table 1), remat memory
 
     python tools/pipeline_benchmark.py --out=/tmp/pipeline_benchmark.json
     python tools/pipeline_benchmark.py --quick        # fewer configurations, for a smoke run
+    python tools/pipeline_benchmark.py --sections=table1 --workload=dense --batch=2048 --remat=never
 
 Everything is measured in one run, side by side, on logical CPU devices with one intra-op thread each and the trainer's
 inter-op threads ("one core = one accelerator"), so the ratios are comparable even on a noisy shared machine; only
@@ -10,7 +11,10 @@ section onecore (and multiprocess) start child processes. A training step here i
 
 Tables:
   1. normalized training throughput for K in {1,2,4} x M in {1,2,4,8,32}, for a Transformer stack and a conv
-     stack; 1.0 is the same model without any pipeline (SequentialLayer), measured in the same run;
+     stack (or --workload with its sizes, tools/workloads.py; remat --remat); 1.0 is the same model without any
+     pipeline (SequentialLayer), measured in the same run; then, for each K > 1, the speed-up over the plain model
+     factored into the one-cell pipeline's cost, the micro-batch efficiency of one device (K=1 at M against K=1
+     at M=1) and the schedule's gain (K at M against K=1 at M, beside its ideal), workloads.Decomposition;
   2. K=2 speed-up over K=1 at the same M beside the ideal K*M/(M+K-1) (this machine has 2 cores), against K=1
      in this process and (section onecore) against K=1 in a child process pinned to one core with one thread.
      Neither isolates the pipeline: in one process a logical device is not one core, since every device's ops
@@ -38,6 +42,9 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from lingpipe.core import cluster  # pylint: disable=g-import-not-at-top
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
@@ -55,6 +62,9 @@ def _Args():
   parser.add_argument('--sections', default='table1,onecore,ceiling,overhead,remat,ttfs,amoebanet',
                       help='Comma-separated sections to run: table1, onecore, ceiling, overhead, remat, ttfs, '
                       'amoebanet, multiprocess.')
+  parser.add_argument('--remat', default='always', choices=['always', 'except_last', 'never'],
+                      help="Table 1's re-materialization policy.")
+  workloads.AddFlags(parser, default=None)  # None: Table 1's Transformer and conv stacks.
   parser.add_argument('--ks', default=None, help=argparse.SUPPRESS)  # Table 1's K values (the onecore child).
   parser.add_argument('--pin_core', type=int, default=None, help=argparse.SUPPRESS)  # The onecore child.
   return parser.parse_args()
@@ -73,10 +83,14 @@ from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-t
 from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
 from lingpipe.layers import linear  # pylint: disable=g-import-not-at-top
 from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
-import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 Model = workloads.Workload  # name, layers (layer Params), inputs
+
+
+def Models():
+  """The workload of --workload, or Table 1's Transformer and conv stacks."""
+  return [workloads.FromArgs(ARGS)] if ARGS.workload else [TransformerStack(), ConvStack()]
 
 
 def TransformerStack(num_layers=8, batch=64):
@@ -185,16 +199,16 @@ def SideBySide(model, configs, rounds):
   return results
 
 
-def Table1(model, ks, ms):
+def Table1(model, ks, ms, remat='always'):
   plain = Measure(model)
   rows = {'plain': plain}
-  print('\n## %s: normalized training throughput (plain model = 1.00, %.1f examples/s)' % (
-      model.name, plain['examples_per_s']))
+  print('\n## %s, remat %s: normalized training throughput (plain model = 1.00, %.1f examples/s)' % (
+      model.name, remat, plain['examples_per_s']))
   print('%-6s' % 'K' + ''.join('%9s' % ('M=%d' % m) for m in ms))
   for k in ks:
     line = '%-6s' % ('K=%d' % k)
     for m in ms:
-      r = Measure(model, k, m, remat='always')
+      r = Measure(model, k, m, remat=remat)
       rows['K=%d,M=%d' % (k, m)] = r
       line += '%9.2f' % (r['examples_per_s'] / plain['examples_per_s'])
     print(line, flush=True)
@@ -205,7 +219,7 @@ def Speedups(rows, ms, ceiling=None, one_core=None, k=2):
   """K=2 over K=1 at the same M, against the ideal K*M/(M+K-1): with K=1 measured in this process and, when
   `one_core` (Table 1 rows of a process pinned to one core) is given, with K=1 on one core; and, when the
   machine's two-device `ceiling` is known, against the ideal scaled by ceiling/K (what this hardware allows)."""
-  print('\n## K=%d speed-up over K=1 at the same M (remat always), beside the ideal K*M/(M+K-1)' % k)
+  print('\n## K=%d speed-up over K=1 at the same M (remat %s), beside the ideal K*M/(M+K-1)' % (k, ARGS.remat))
   print('%-4s %6s | %-19s | %-19s | %s' % ('', '', 'K=1 in this process', 'K=1 on one core',
                                           'machine ideal' if ceiling else ''))
   print('%-4s %6s | %9s %9s | %9s %9s |' % ('M', 'ideal', 'speed-up', 'ratio', 'speed-up', 'ratio') +
@@ -239,7 +253,9 @@ def OneCoreTable1():
   with tempfile.TemporaryDirectory() as tmp:
     out = os.path.join(tmp, 'one_core.json')
     command = [sys.executable, os.path.abspath(__file__), '--sections=table1', '--ks=1', '--inter_op=1',
-               '--pin_core=0', '--steps=%d' % ARGS.steps, '--out=%s' % out] + (['--quick'] if ARGS.quick else [])
+               '--pin_core=0', '--steps=%d' % ARGS.steps, '--out=%s' % out, '--remat=' + ARGS.remat] + (
+                   ['--quick'] if ARGS.quick else []) + (workloads.SizeFlags(ARGS) if ARGS.workload else []) + (
+                       ['--batch=%d' % ARGS.batch] if ARGS.batch else [])
     print('\n## K=1 on one core (a child process pinned to core 0, one thread)', flush=True)
     subprocess.run(command, check=True)
     with open(out) as f:
@@ -334,19 +350,24 @@ def main():
     one_core = OneCoreTable1() if 'onecore' in sections else None
     if one_core:
       results['table1_k1_one_core'] = one_core
-    for model in (TransformerStack(), ConvStack()):
+    for model in Models():
       ceiling = None
       if 'ceiling' in sections:
         print('\n## Two-device ceiling of this machine')
         ceiling = results.setdefault('two_device_ceiling', {})[model.name] = Ceiling(model)
-      rows = Table1(model, ks, ms)
+      rows = Table1(model, ks, ms, ARGS.remat)
       results['table1'][model.name] = rows
       if 2 in ks:
         results.setdefault('speedup_k2', {})[model.name] = Speedups(rows, ms, ceiling,
                                                                     one_core and one_core[model.name])
+      if 1 in ks:
+        for k in (k for k in ks if k > 1):
+          print('\n## Where the time goes, K=%d (step times side by side in this process)' % k)
+          results.setdefault('decomposition', {}).setdefault(model.name, {})[k] = workloads.Decomposition(
+              rows['plain']['step_s'], {key: r['step_s'] for key, r in rows.items()}, k, ms)
   elif 'ceiling' in sections:
     print('\n## Two-device ceiling of this machine')
-    results['two_device_ceiling'] = {m.name: Ceiling(m) for m in (TransformerStack(), ConvStack())}
+    results['two_device_ceiling'] = {m.name: Ceiling(m) for m in Models()}
   if 'overhead' in sections:
     results['overhead_k1m1'] = Overhead(TransformerStack())
   if 'remat' in sections:
@@ -357,7 +378,10 @@ def main():
     results['amoebanet'] = AmoebaNetThroughput()
   if 'multiprocess' in sections:
     import multiprocess_benchmark  # pylint: disable=g-import-not-at-top
-    results['multiprocess'] = {'batch_%d' % b: multiprocess_benchmark.Run(steps=ARGS.steps, batch=b) for b in (64, 256)}
+    batches = [ARGS.batch or workloads.DEFAULTS[ARGS.workload]['batch']] if ARGS.workload else [64, 256]
+    flags = workloads.SizeFlags(ARGS) if ARGS.workload else ['--workload=transformer']
+    results['multiprocess'] = {'batch_%d' % b: multiprocess_benchmark.Run(steps=ARGS.steps, batch=b, remat=ARGS.remat,
+                                                                          workload_flags=flags) for b in batches}
   with open(ARGS.out, 'w') as f:
     json.dump(results, f, indent=2, sort_keys=True)
   print('\nWrote %s' % ARGS.out)

@@ -1,4 +1,5 @@
-"""Benchmark workloads shared by the benchmark and timeline tools: a stack of layers and a batch for it.
+"""Benchmark workloads shared by the benchmark and timeline tools (a stack of layers and a batch for it), and the
+decomposition of a pipeline's speed-up that both benchmarks report.
 
   dense        --layers ReLU layers of --width and a 10-way output layer (issue 15's workload A: 8 x 1024, batch 1024)
   transformer  Table 1's Transformer stack T(--layers, --hidden_dim, --heads), depth --model_dim, --batch x
@@ -21,21 +22,70 @@ DEFAULTS = {
 Workload = collections.namedtuple('Workload', 'name layers inputs')
 
 
-def AddFlags(parser, default='dense'):
-  """--workload and its sizes (each defaults to the workload's own, DEFAULTS)."""
+def AddFlags(parser, default='dense', batch_list=False):
+  """--workload and its sizes (each defaults to the workload's own, DEFAULTS); with batch_list, --batch is a
+  comma-separated list of batch sizes (read with Batches)."""
   parser.add_argument('--workload', default=default, choices=WORKLOADS, help='The layer stack to run.')
+  if batch_list:
+    parser.add_argument('--batch', default=None, help='Examples per batch, a comma-separated list (each is run). '
+                        'Default: the workload\'s own.')
   for flag, help_text in (('layers', 'Layers of the stack.'), ('batch', 'Examples per batch.'),
                           ('width', 'dense: layer width.'), ('seq_len', 'transformer: tokens per example.'),
                           ('model_dim', 'transformer: model depth.'),
                           ('hidden_dim', 'transformer: feed-forward depth.'),
                           ('heads', 'transformer: attention heads.'), ('image_size', 'conv: image height and width.'),
                           ('channels', 'conv: channels.')):
+    if flag == 'batch' and batch_list:
+      continue
     parser.add_argument('--' + flag, type=int, default=None, help=help_text + ' Default: the workload\'s own.')
 
 
-def FromArgs(args):
-  sizes = {k: getattr(args, k) for k in DEFAULTS[args.workload] if getattr(args, k, None) is not None}
+def Batches(args):
+  """The batch sizes of a batch_list --batch."""
+  return [int(b) for b in args.batch.split(',')] if args.batch else [DEFAULTS[args.workload]['batch']]
+
+
+def FromArgs(args, batch=None):
+  """The workload the flags describe (with `batch` instead of --batch when given)."""
+  sizes = {k: getattr(args, k) for k in DEFAULTS[args.workload]
+           if k != 'batch' and getattr(args, k, None) is not None}
+  if batch is not None:
+    sizes['batch'] = batch
+  elif isinstance(getattr(args, 'batch', None), int):
+    sizes['batch'] = args.batch
   return Make(args.workload, **sizes)
+
+
+def SizeFlags(args):
+  """The workload flags of `args` as a command line (to pass to a child process), --batch left out."""
+  flags = ['--workload=' + args.workload]
+  for k in DEFAULTS[args.workload]:
+    if k != 'batch' and getattr(args, k, None) is not None:
+      flags.append('--%s=%d' % (k, getattr(args, k)))
+  return flags
+
+
+def Decomposition(plain_s, times, num_splits, micro_batches):
+  """Per M, the speed-up of K cells over the plain model (no micro-batching) as a product of three factors:
+  what running as a one-cell pipeline costs (plain / K=1,M=1 step time), the micro-batch efficiency of one device
+  (K=1,M=1 / K=1,M: small micro-batches run slower per example) and the schedule's gain over one device at the same
+  M (K=1,M / K,M, beside its ideal K*M/(M+K-1)). `times`: {'K=k,M=m': step seconds}. Prints the table."""
+  k = num_splits
+  one = times['K=1,M=1']
+  print('%-4s %9s  = %13s x %13s x %12s %7s %7s' % ('M', 'vs plain', 'K=1,M=1/plain', 'micro-batch', 'K=%d/K=1' % k,
+                                                    'ideal', 'ratio'))
+  rows = {}
+  for m in micro_batches:
+    ideal = k * m / (m + k - 1)
+    row = dict(speedup=plain_s / times['K=%d,M=%d' % (k, m)], overhead=plain_s / one,
+               micro_batch_efficiency=one / times['K=1,M=%d' % m],
+               schedule=times['K=1,M=%d' % m] / times['K=%d,M=%d' % (k, m)], ideal=ideal)
+    row['schedule_ratio'] = row['schedule'] / ideal
+    rows[m] = row
+    print('%-4d %9.2f  = %13.2f x %13.2f x %12.2f %7.2f %7.2f' % (
+        m, row['speedup'], row['overhead'], row['micro_batch_efficiency'], row['schedule'], ideal,
+        row['schedule_ratio']), flush=True)
+  return rows
 
 
 def Make(workload, **sizes):

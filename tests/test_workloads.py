@@ -1,0 +1,42 @@
+"""The benchmark workloads and the decomposition of a speed-up that the benchmarks print."""
+
+import argparse
+import os
+import sys
+
+import pytest
+import tensorflow as tf
+
+from lingpipe.core import context
+from lingpipe.layers import sequential
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tools'))
+import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+@pytest.mark.parametrize('name', workloads.WORKLOADS)
+def test_each_workload_builds_and_runs_with_its_sizes_from_flags(name):
+  parser = argparse.ArgumentParser()
+  workloads.AddFlags(parser)
+  small = {'dense': ['--width=16'], 'transformer': ['--model_dim=16', '--hidden_dim=32', '--seq_len=4'],
+           'conv': ['--channels=4', '--image_size=8']}[name]
+  args = parser.parse_args(['--workload=' + name, '--layers=2', '--batch=4'] + small)
+  workload = workloads.FromArgs(args)
+  assert sorted(workloads.SizeFlags(args)) == sorted(['--workload=' + name, '--layers=2'] + small)
+  layer = sequential.SequentialLayer.Params().Set(name='w_' + name, sub=workload.layers).Instantiate()
+  with context.Training(True):
+    out = layer.FProp(workload.inputs)
+  assert tf.nest.flatten(out)[0].shape[0] == 4
+  assert len(workload.layers) == 2 + (name == 'dense')  # dense adds its 10-way output layer.
+
+
+def test_batch_lists_and_the_decomposition_multiplies_out():
+  parser = argparse.ArgumentParser()
+  workloads.AddFlags(parser, default='transformer', batch_list=True)
+  assert workloads.Batches(parser.parse_args(['--batch=64,256'])) == [64, 256]
+  assert workloads.Batches(parser.parse_args([])) == [64]
+  times = {'K=1,M=1': 1.1, 'K=1,M=4': 1.3, 'K=2,M=4': 0.8}
+  row = workloads.Decomposition(1.0, times, 2, [4])[4]
+  assert row['speedup'] == pytest.approx(1.0 / 0.8)
+  assert row['overhead'] * row['micro_batch_efficiency'] * row['schedule'] == pytest.approx(row['speedup'])
+  assert row['ideal'] == pytest.approx(1.6) and row['schedule_ratio'] == pytest.approx(1.3 / 0.8 / 1.6)
