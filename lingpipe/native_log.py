@@ -124,8 +124,8 @@ class _Filter:
       kept, dropping = KeptLines([l + b'\n' for l in lines], dropping=dropping and bool(partial))
       partial = partial_next
       self._Write(b''.join(kept))
-    if partial and not KeptLines([partial], dropping=dropping)[1]:
-      self._Write(partial)
+    if partial:  # A last line without its newline.
+      self._Write(b''.join(KeptLines([partial], dropping=dropping)[0]))
     os.close(read_end)
 
   def _Write(self, data):

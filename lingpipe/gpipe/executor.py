@@ -123,9 +123,8 @@ def Forward(cell_fns, params, devices, micro, stacked, training, stash, loop, ta
 
   Returns the state: {'outs': TensorArrays of the last cell's outputs, 'stash': {k: TensorArrays of cell k's
   inputs} (k >= 1, when `stash`), 'bn': {path: [[sums of w * mean, of w * (mean^2 + variance), of w]]} (w: the
-  part's weight), 'like': {k: structure
-  of cell k's inputs}, 'out_like': the structure of the outputs, 'inputs': the micro-batches (MicroBatches),
-  which the backward reads again}. Tasks in `taped` (only without `loop`) run under a GradientTape
+  part's weight), 'like': {k: structure of cell k's inputs}, 'out_like': the structure of the outputs, 'inputs':
+  the micro-batches (MicroBatches), which the backward reads again}. Tasks in `taped` (only without `loop`) run under a GradientTape
   recorded in `record[(m, k)] = (inputs, outputs, tape)`. With a timeline.Recorder, every task's timestamps are
   added to it as pipeline `name`'s forward pass.
   """
@@ -198,8 +197,7 @@ def Backward(backward_fns, params, zeros, devices, dy_micro, dy_stacked, forward
              record=None, recorder=None, name=''):
   """The backward pass, cell K-1 first. backward_fns[k](inputs, upstream, index, params[k], accumulated) ->
   (input grads, accumulated + param grads, and [start, end] when recording); zeros[k]() starts cell k's
-  accumulation. `dy_micro` and `dy_stacked`
-  are the output gradients, as `micro` and `stacked` of Forward.
+  accumulation. `dy_micro` and `dy_stacked` are the output gradients, as `micro` and `stacked` of Forward.
 
   Returns (per-leaf TensorArrays of the first cell's input gradients (None for non-float leaves), {k: parameter
   gradients summed over the micro-batches}). Tasks recorded in `record` use their tape
