@@ -53,7 +53,7 @@ def test_predictions_follow_the_policies_and_the_split():
 def test_recommend_picks_the_fastest_that_fits():
   candidates = memory_plan.Candidates(_Mlp(8, 64), [256, 64], 2, 256, micro_batches=(1, 4, 8))
   best = memory_plan.Recommend(candidates, 10 * 2**20)
-  assert best.num_cells == 2 and best.remat == 'never' and best.num_micro_batches == 8
+  assert best.num_splits == 2 and best.remat == 'never' and best.num_micro_batches == 8
   tight = min(c.peak for c in candidates)
   assert memory_plan.Recommend(candidates, tight).peak == tight
   assert memory_plan.Recommend(candidates, tight - 1) is None
@@ -93,7 +93,7 @@ def test_the_tool_recommends_a_configuration_and_explains_a_miss(capsys):
   candidates, best = plan_pipeline.Plan(args)
   out = capsys.readouterr().out
   assert best is not None and 'Recommended: --model_params_override="task.network.num_splits=' in out
-  assert {c.num_cells for c in candidates} == {1, 2}
+  assert {c.num_splits for c in candidates} == {1, 2}
   plan_pipeline.Plan(plan_pipeline._Args(['--model=synthetic.DeepMlpGPipe', '--device_memory=1KiB']))
   assert 'Nothing fits in 1KiB: the smallest peak is' in capsys.readouterr().out
   with pytest.raises(errors.ConfigError, match='no PipeliningLayer to plan'):

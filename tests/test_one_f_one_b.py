@@ -1,4 +1,5 @@
-"""schedule='1f1b': the loss inside the pipeline, transparent against the plain model; its plan and memory."""
+"""Schedules with the loss inside the pipeline ('1f1b', 'interleaved_1f1b'): transparent against the plain model;
+their plans and memory."""
 
 import numpy as np
 import pytest
@@ -34,10 +35,16 @@ def _LossAndGrads(layer, x, targets, with_loss):
   return Run(x)
 
 
-@pytest.mark.parametrize('k,m,remat', [(2, 4, 'always'), (2, 4, 'never'), (3, 5, 'except_last'), (4, 2, 'always'),
-                                       (1, 3, 'never'), (2, 1, 'always')])
-def test_one_f_one_b_matches_the_plain_model(k, m, remat):
-  plain, pipe = util.Pair(util.Tanh(6, dim=8), num_splits=k, num_micro_batches=m, remat=remat, schedule='1f1b')
+@pytest.mark.parametrize('k,m,remat,v', [
+    (2, 4, 'always', 1), (2, 4, 'never', 1), (3, 5, 'except_last', 1), (4, 2, 'always', 1), (1, 3, 'never', 1),
+    (2, 1, 'always', 1),
+    (2, 4, 'always', 2), (2, 4, 'never', 3), (3, 5, 'except_last', 2), (2, 3, 'always', 2), (1, 2, 'never', 4),
+    (4, 4, 'always', 1)])
+def test_loss_in_pipeline_schedules_match_the_plain_model(k, m, remat, v):
+  schedule_name = '1f1b' if v == 1 and k != 4 else 'interleaved_1f1b'
+  plain, pipe = util.Pair(util.Tanh(12, dim=8), num_splits=k, num_micro_batches=m, remat=remat,
+                          schedule=schedule_name, virtual_stages=v)
+  assert pipe.num_cells == k * v and pipe.num_devices == k
   rng = np.random.RandomState(0)
   x = tf.constant(rng.normal(size=(m * 3, 8)), tf.float32)
   targets = tf.constant(rng.normal(size=(m * 3, 8)), tf.float32)
@@ -77,10 +84,15 @@ def test_the_plan_keeps_at_most_k_minus_k_micro_batches_in_flight():
   assert [a.kind for a in gpipe.DeviceActions(0) if a.kind != 'send'][:8] == ['forward'] * 8
 
 
-@pytest.mark.parametrize('name', util.PipelinedModels(steppable_only=True))
-def test_registered_models_train_a_step_with_one_f_one_b(name):
+_INTERLEAVED = 'schedule=interleaved_1f1b;task.network.virtual_stages=2'
+
+
+@pytest.mark.parametrize('name,override', [
+    pytest.param(name, override, marks=[pytest.mark.slow] if 'AmoebaNet' in name and override == _INTERLEAVED else [])
+    for name in util.PipelinedModels(steppable_only=True) for override in ('schedule=1f1b', _INTERLEAVED)])
+def test_registered_models_train_a_step_with_the_loss_inside(name, override):
   from lingpipe import trainer  # pylint: disable=g-import-not-at-top
-  p = trainer.BuildModelParams(name, override='task.network.schedule=1f1b;task.network.num_micro_batches=2')
+  p = trainer.BuildModelParams(name, override='task.network.%s;task.network.num_micro_batches=2' % override)
   p.input.batch_size = 4
   task = p.task.Instantiate()
   opt, lr = task.CreateOptimizer(), task.CreateLearningRateSchedule()
@@ -94,10 +106,12 @@ def test_the_registered_pipelined_models_are_all_covered():
       util.PipelinedModels(steppable_only=True))
 
 
-def test_the_measured_timeline_follows_the_plan():
+@pytest.mark.parametrize('schedule_name,v', [('1f1b', 1), ('interleaved_1f1b', 2)])
+def test_the_measured_timeline_follows_the_plan(schedule_name, v):
   from lingpipe.gpipe import timeline  # pylint: disable=g-import-not-at-top
-  num_micro, num_cells = 4, 2
-  _, pipe = util.Pair(util.Tanh(4, dim=64), num_splits=num_cells, num_micro_batches=num_micro, schedule='1f1b')
+  num_micro, num_devices = 4, 2
+  _, pipe = util.Pair(util.Tanh(4, dim=64), num_splits=num_devices, num_micro_batches=num_micro,
+                      schedule=schedule_name, virtual_stages=v)
   x = tf.constant(np.random.RandomState(0).normal(size=(32, 64)), tf.float32)
   recorder = timeline.Recorder()
 
@@ -110,7 +124,19 @@ def test_the_measured_timeline_follows_the_plan():
       return recorder.Collect()
 
   events = recorder.Events(Recorded(x))
-  plan = schedule.MakePlan('1f1b', num_micro, num_cells, 'always')
-  for k in range(num_cells):  # Each device ran its forwards and backwards interleaved, in the plan's order.
-    measured = [(e.kind, e.micro_batch) for e in sorted(events, key=lambda e: e.start) if e.cell == k]
-    assert measured == [(a.kind, a.micro_batch) for a in plan.DeviceActions(k) if a.kind != schedule.SEND]
+  plan = schedule.MakePlan(schedule_name, num_micro, num_devices * v, 'always', num_devices)
+  assert len({pipe.devices[c] for c in range(pipe.num_cells)}) == num_devices
+  for d in range(num_devices):  # Each device ran its forwards and backwards interleaved, in the plan's order.
+    measured = [(e.kind, e.micro_batch, e.cell) for e in sorted(events, key=lambda e: e.start)
+                if e.device == pipe.devices[d]]
+    assert measured == [(a.kind, a.micro_batch, a.cell) for a in plan.DeviceActions(d) if a.kind != schedule.SEND]
+
+
+def test_virtual_stages_errors_name_the_fix():
+  with pytest.raises(errors.ConfigError, match="virtual_stages=2 needs schedule='interleaved_1f1b'"):
+    util.Pair(util.Tanh(4), num_splits=2, virtual_stages=2)
+  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+  cells = [linear.ProjectionLayer.Params().Set(name='c%d' % i, input_dim=8, output_dim=8) for i in range(3)]
+  with pytest.raises(errors.ConfigError, match='3 cells in cell_tpl cannot be spread as virtual_stages=2'):
+    pipelining_layer.PipeliningLayer.Params().Set(name='p', cell_tpl=cells, schedule='interleaved_1f1b',
+                                                  virtual_stages=2).Instantiate()

@@ -157,7 +157,7 @@ def test_transparency_along_batch_dim_1_and_with_micro_batch_size(policy):
   util.AssertClose(util.LossAndGrads(plain, x), util.LossAndGrads(pipe, x))
   plain, pipe = util.Pair(util.Tanh(4), num_splits=2, micro_batch_size=2, remat=policy)
   util.AssertClose(util.LossAndGrads(plain, x[0]), util.LossAndGrads(pipe, x[0]))
-  assert pipe._NumMicroBatches(x[0]) == 4
+  assert pipe.NumMicroBatches(x[0]) == 4
   with pytest.raises(errors.ConfigError, match='batch size 6 is not a multiple of micro_batch_size 4'):
     util.Pair(util.Tanh(4), num_splits=2, micro_batch_size=4)[1].FProp(x[0, :6])
 

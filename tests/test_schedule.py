@@ -106,3 +106,32 @@ def test_errors():
     schedule.MakePlan('gpipe', 2, 2, remat='nevr')
   with pytest.raises(errors.ConfigError, match='num_micro_batches >= 1'):
     schedule.MakePlan('gpipe', 0, 2)
+
+
+def test_interleaved_plans_spread_cells_round_robin_and_shrink_the_bubble():
+  plan = schedule.MakePlan('interleaved_1f1b', 4, 4, 'always', num_devices=2)
+  assert plan.Diagram().splitlines()[1].split()[2:6] == ['F0:0', 'F1:0', 'F0:2', 'F1:2']
+  assert {a.cell: a.device for a in plan.DeviceActions(1)} == {1: 1, 3: 1}
+  for m in range(1, 13):
+    for k in range(1, 5):
+      one = schedule.Bubble(schedule.MakePlan('1f1b', m, k, 'never'))
+      assert one == pytest.approx(schedule.BubbleFraction(m, k))
+      for v in (2, 3):  # MakePlan checks each plan; none deadlocks or does worse than 1F1B.
+        bubble = schedule.Bubble(schedule.MakePlan('interleaved_1f1b', m, k * v, 'except_last', num_devices=k))
+        assert bubble <= one + 1e-9
+        if m % k == 0:
+          assert bubble == pytest.approx((k - 1) / (v * m + k - 1))
+  evaluation = schedule.MakePlan('interleaved_1f1b', 4, 4, num_devices=2)
+  assert [p.name for p in evaluation.phases] == ['forward'] and schedule.Bubble(evaluation) > 0
+  assert schedule.Bubble(schedule.MakePlan('gpipe', 4, 2, 'always')) == pytest.approx(1 / 5)
+
+
+def test_cells_and_devices_must_agree():
+  with pytest.raises(errors.ConfigError, match="runs one cell per device, got 4 cells on 2 devices"):
+    schedule.MakePlan('gpipe', 4, 4, 'always', num_devices=2)
+  with pytest.raises(errors.ConfigError, match='5 cells on 2 devices: the number of cells must be a multiple'):
+    schedule.MakePlan('interleaved_1f1b', 4, 5, 'always', num_devices=2)
+  plan = schedule.MakePlan('interleaved_1f1b', 2, 4, 'always', num_devices=2)
+  moved = plan.phases[0].ticks[0][0]._replace(device=1)  # Cell 0's first forward on the other device.
+  with pytest.raises(errors.ConfigError, match='cell 0 runs on devices 1 and 0'):
+    schedule.Check(_Broken(plan, 0, 0, (moved,) + plan.phases[0].ticks[0][1:]))

@@ -50,6 +50,7 @@ def test_recording_changes_no_result_and_follows_the_schedule(remat):
   events = recorder.Events(rows)
   assert len(events) == 2 * num_micro * num_cells
   plan = schedule.MakePlan('gpipe', num_micro, num_cells, remat)
+  assert recorder.Plans() == {'net': plan}
   for k in range(num_cells):  # Each device runs its actions in the plan's order.
     own = [e for e in events if e.cell == k]
     planned = [(a.kind, a.micro_batch) for a in plan.DeviceActions(k) if a.kind != schedule.SEND]
@@ -88,7 +89,7 @@ def test_measured_bubble_chrome_trace_and_gantt_chart(tmp_path):
   events = [_Event(0, f, 0, 0, 1), _Event(0, f, 1, 1, 2), _Event(1, f, 0, 1, 2), _Event(1, f, 1, 2, 3),
             _Event(1, b, 1, 3, 4), _Event(1, b, 0, 4, 5), _Event(0, b, 1, 4, 5), _Event(0, b, 0, 5, 6)]
   assert timeline.MeasuredBubble(events) == {'net': pytest.approx(1 / 3)}
-  assert timeline.TheoreticalBubble(2, 2) == pytest.approx(1 / 3)
+  assert schedule.Bubble(schedule.MakePlan('gpipe', 2, 2, 'always')) == pytest.approx(1 / 3)
   # Overlapping actions of one device count once.
   assert timeline.MeasuredBubble([_Event(0, f, 0, 0, 2), _Event(0, f, 1, 1, 3), _Event(1, f, 0, 0, 4)]) == {
       'net': pytest.approx((0.25 + 0.0) / 2)}
@@ -124,8 +125,8 @@ def test_profile_mode_writes_the_timeline_of_a_training_step(capsys, tmp_path):
   code, out, err = trainer_test_util.RunTrainer(capsys, '--model=synthetic.DeepMlpGPipe', '--logdir=' + logdir,
                                                 '--mode=profile', '--profile_steps=2')
   assert code == 0, err
-  assert 'pipeline deep_mlp/network (K=2, M=4): bubble measured ' in out
-  assert 'theoretical (K-1)/(M+K-1) 0.200' in out
+  assert 'pipeline deep_mlp/network (gpipe, 2 cells on 2 devices, M=4): bubble measured ' in out
+  assert 'theoretical 0.200' in out
   assert sorted(os.listdir(os.path.join(logdir, 'profile'))) == ['step_0.json', 'step_0.png']
   line = trainer_test_util.Error(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=profile')
   assert line.startswith('The timeline recorded nothing')

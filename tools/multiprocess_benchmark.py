@@ -40,7 +40,9 @@ def _Args(argv=None):
   parser.add_argument('--micro_batches', default=','.join(map(str, MICRO_BATCHES)), help='Values of M.')
   workloads.AddFlags(parser, default='transformer', batch_list=True)
   parser.add_argument('--remat', default='never', help='The pipeline\'s re-materialization policy.')
-  parser.add_argument('--schedule', default='gpipe', help='The pipeline\'s schedule (gpipe, 1f1b).')
+  parser.add_argument('--schedule', default='gpipe', help='The pipeline\'s schedule: gpipe, 1f1b, or '
+                      'interleaved_1f1b:v (v cells per device); several, comma-separated, are timed side by side '
+                      '(alternating at each M) and compared with the first.')
   parser.add_argument('--worker_threads', type=int, default=1, help='Intra- and inter-op threads per worker.')
   parser.add_argument('--role', default='main', choices=['main', 'plain', 'client'], help=argparse.SUPPRESS)
   parser.add_argument('--cluster_spec', default=None, help=argparse.SUPPRESS)
@@ -94,6 +96,20 @@ def _MeanSquare(out):
   return tf.reduce_mean(tf.square(out.x if isinstance(out, dict) else out))
 
 
+def Schedules(text):
+  """[(label, schedule, virtual_stages)] of --schedule's text, e.g. 'gpipe,interleaved_1f1b:2'."""
+  result = []
+  for label in [t.strip() for t in text.split(',') if t.strip()]:
+    name, _, v = label.partition(':')
+    result.append((label, name, int(v or 1)))
+  return result
+
+
+def RowKey(k, m, label, first):
+  """The client's result key: 'K=2,M=4' for the first schedule, 'K=2,M=4,<label>' for the others."""
+  return 'K=%d,M=%d' % (k, m) + ('' if label == first else ',' + label)
+
+
 def _Plain(args):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -112,15 +128,20 @@ def _Client(args):
   layers, inputs = _Model(args)
   results = {}
   micro = list(map(int, args.micro_batches.split(',')))
-  configs = [(1, 1)] + [(k, m) for m in micro for k in (1, 2) if (k, m) != (1, 1)]
-  for k, m in configs:
+  schedules = Schedules(args.schedule)
+  first = schedules[0]
+  configs = [(1, 1, first)] + [(k, m, s) for m in micro for k, some in ((1, [first]), (2, schedules))
+                               for s in some if (k, m) != (1, 1)]
+  for k, m, (label, name, v) in configs:
+    if k == 1:  # One cell: every schedule is the same sequence of micro-batches.
+      name, v = 'gpipe', 1
     with cluster.Use(mesh):
       layer = pipelining_layer.PipeliningLayer.Params().Set(
           name='net', layers=[l.Copy() for l in layers], num_splits=k, num_micro_batches=m,
-          remat=args.remat, schedule=args.schedule).Instantiate()
-    results['K=%d,M=%d' % (k, m)] = _TimeSteps(layer, inputs, args.steps, mesh)
-    print('  K=%d M=%-3d %.3f s/step' % (k, m, results['K=%d,M=%d' % (k, m)]['step_s']), file=sys.stderr,
-          flush=True)
+          remat=args.remat, schedule=name, virtual_stages=v).Instantiate()
+    key = RowKey(k, m, label, first[0])
+    results[key] = _TimeSteps(layer, inputs, args.steps, mesh)
+    print('  %-24s %.3f s/step' % (key, results[key]['step_s']), file=sys.stderr, flush=True)
   return results
 
 
@@ -185,6 +206,21 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
                                  over_k1_same_m_ratio=same_m / ideal)
     print('%-6d %10.2f %10.2f %10.2f %16.2f %10.2f %12.2f %10.2f' % (
         m, measured, ideal, measured / ideal, machine, measured / machine, same_m, same_m / ideal), flush=True)
+  schedules = Schedules(schedule_name)
+  if len(schedules) > 1:
+    first = schedules[0][0]
+    print('schedules side by side (speed-up over the plain process; in brackets, throughput over %s):' % first)
+    print('%-6s' % 'M' + ''.join('%26s' % label for label, _, _ in schedules))
+    results['schedules'] = {}
+    for m in micro_batches:
+      base = remote_rows[RowKey(2, m, first, first)]['step_s']
+      cells = []
+      for label, _, _ in schedules:
+        step = remote_rows[RowKey(2, m, label, first)]['step_s']
+        results['schedules'].setdefault(label, {})[m] = dict(step_s=step, speedup=plain['step_s'] / step,
+                                                             over_first=base / step)
+        cells.append('%26s' % ('%.2f (%.2fx)' % (plain['step_s'] / step, base / step)))
+      print('%-6d' % m + ''.join(cells), flush=True)
   print('where the time goes (vs plain: the pinned plain process; the other step times on the workers):')
   results['decomposition'] = workloads.Decomposition(
       plain['step_s'], {key: row['step_s'] for key, row in remote_rows.items()}, 2, micro_batches)

@@ -1,8 +1,9 @@
 r"""The measured timeline of a pipeline's training step: a PNG Gantt chart, a Chrome trace, and the bubble measured
-beside GPipe's (K-1)/(M+K-1).
+beside the schedule's (schedule.Bubble: (K-1)/(M+K-1) for GPipe and 1F1B).
 
     python tools/pipeline_timeline.py --workload=dense --num_splits=2 --num_micro_batches=4 --remat=never
     python tools/pipeline_timeline.py --workload=transformer --batch=256 --num_micro_batches=8 --workers=2
+    python tools/pipeline_timeline.py --schedule=interleaved_1f1b --virtual_stages=2 --workers=2
 
 Locally the K cells run on K logical CPU devices with one intra-op thread each, as the trainer sets them up;
 --workers=N runs them on N lingpipe-worker processes pinned one per core (one thread each), as
@@ -31,6 +32,9 @@ def _Args(argv=None):
   parser.add_argument('--num_splits', type=int, default=2, help='K: cells.')
   parser.add_argument('--num_micro_batches', type=int, default=4, help='M: micro-batches.')
   parser.add_argument('--remat', default='never', choices=['always', 'except_last', 'never'], help='Remat policy.')
+  parser.add_argument('--schedule', default='gpipe', choices=['gpipe', '1f1b', 'interleaved_1f1b'],
+                      help='Pipeline schedule.')
+  parser.add_argument('--virtual_stages', type=int, default=1, help='Cells per device (interleaved_1f1b).')
   parser.add_argument('--workers', type=int, default=0, help='Run the cells on this many pinned worker processes '
                       '(0: logical devices in this process).')
   parser.add_argument('--warmup', type=int, default=3, help='Steps before recording.')
@@ -46,11 +50,15 @@ def _StepFunctions(layer, trainable, mesh, recorder):
   from lingpipe.core import context  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import timeline  # pylint: disable=g-import-not-at-top
 
+  def MeanSquare(out, rows):
+    loss = tf.reduce_mean(tf.square(out.x if isinstance(out, dict) else out))
+    return loss, {'loss': (loss, tf.cast(tf.shape(rows)[0], loss.dtype))}  # Per micro-batch, weighted by rows.
+
   def Body(inputs):
+    rows = tf.zeros([tf.nest.flatten(inputs)[0].shape[0]])
     with tf.GradientTape() as tape:
-      with context.Training(True):
-        out = layer.FProp(inputs)
-      loss = tf.reduce_mean(tf.square(out.x if isinstance(out, dict) else out))
+      with context.Training(True):  # The loss inside the pipeline where the schedule needs it (1F1B).
+        loss, _ = layer.FPropWithLoss(inputs, rows, MeanSquare)
     grads = tape.gradient(loss, trainable)
     norms = []
     for g, v in zip(grads, trainable):
@@ -94,12 +102,14 @@ def _Measure(args, mesh):
   import numpy as np  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import timeline  # pylint: disable=g-import-not-at-top
   k, m = args.num_splits, args.num_micro_batches
   workload = workloads.FromArgs(args)
   with cluster.Use(mesh) if mesh else contextlib.nullcontext():
     layer = pipelining_layer.PipeliningLayer.Params().Set(
-        name='net', layers=workload.layers, num_splits=k, num_micro_batches=m, remat=args.remat).Instantiate()
+        name='net', layers=workload.layers, num_splits=k, num_micro_batches=m, remat=args.remat,
+        schedule=args.schedule, virtual_stages=args.virtual_stages).Instantiate()
   recorder = timeline.Recorder()
   recorded, plain = _StepFunctions(layer, layer.trainable_variables, mesh, recorder)
   for _ in range(args.warmup):
@@ -119,15 +129,19 @@ def _Measure(args, mesh):
   spans = [max(e.end for e in events) - min(e.start for e in events) for events in runs]
   events = runs[int(np.argsort(spans)[len(spans) // 2])]
   bubbles = [timeline.MeasuredBubble(r)['net'] for r in runs]
-  name = '%s_K%d_M%d_%s%s' % (args.workload, k, m, args.remat, '_workers%d' % args.workers if args.workers else '')
+  schedule = args.schedule + ('_v%d' % args.virtual_stages if args.virtual_stages > 1 else '')
+  name = '%s_K%d_M%d_%s%s%s' % (args.workload, k, m, args.remat, '' if schedule == 'gpipe' else '_' + schedule,
+                                '_workers%d' % args.workers if args.workers else '')
   os.makedirs(args.out_dir, exist_ok=True)
   png, trace = os.path.join(args.out_dir, name + '.png'), os.path.join(args.out_dir, name + '.json')
   where = '%d pinned worker processes' % args.workers if args.workers else '%d logical devices' % k
-  timeline.DrawGantt(events, png, '%s, K=%d, M=%d, remat=%s, %s' % (workload.name, k, m, args.remat, where))
+  timeline.DrawGantt(events, png, '%s, K=%d, M=%d, remat=%s, schedule=%s, %s' % (
+      workload.name, k, m, args.remat, schedule, where))
   timeline.WriteChromeTrace(events, trace)
   result = dict(name=name, png=png, trace=trace, workload=workload.name, num_splits=k, num_micro_batches=m,
-                remat=args.remat, workers=args.workers, measured_bubble=statistics.median(bubbles),
-                measured_bubbles=bubbles, theoretical_bubble=timeline.TheoreticalBubble(m, k),
+                remat=args.remat, schedule=schedule, workers=args.workers,
+                measured_bubble=statistics.median(bubbles), measured_bubbles=bubbles,
+                theoretical_bubble=schedule_lib.Bubble(recorder.Plans()['net']),
                 step_s=statistics.median(plain_s), recorded_step_s=statistics.median(recorded_s))
   result['recording_cost'] = result['recorded_step_s'] / result['step_s']
   return result
@@ -136,9 +150,10 @@ def _Measure(args, mesh):
 def main(argv=None):
   args = _Args(argv)
   r = Run(args)
-  print('%s, K=%d, M=%d, remat=%s%s' % (r['workload'], r['num_splits'], r['num_micro_batches'], r['remat'],
-                                        ', %d workers' % r['workers'] if r['workers'] else ''))
-  print('bubble: measured %.3f (median of %s), theoretical (K-1)/(M+K-1) %.3f' % (
+  print('%s, K=%d, M=%d, remat=%s, schedule=%s%s' % (
+      r['workload'], r['num_splits'], r['num_micro_batches'], r['remat'], r['schedule'],
+      ', %d workers' % r['workers'] if r['workers'] else ''))
+  print('bubble: measured %.3f (median of %s), theoretical (schedule.Bubble) %.3f' % (
       r['measured_bubble'], ' '.join('%.3f' % b for b in r['measured_bubbles']), r['theoretical_bubble']))
   print('step: %.4f s; with recording %.4f s (%.3fx)' % (r['step_s'], r['recorded_step_s'], r['recording_cost']))
   print('wrote %s and %s' % (r['png'], r['trace']))

@@ -67,13 +67,11 @@ def Plan(args, out=None):
   if best is None:
     smallest = min(candidates, key=lambda c: c.peak)
     print('Nothing fits in %s: the smallest peak is %.1f MiB (remat=%s, K=%d, M=%d). Use more devices or more '
-          'memory.' % (args.device_memory, smallest.peak / 2**20, smallest.remat, smallest.num_cells,
+          'memory.' % (args.device_memory, smallest.peak / 2**20, smallest.remat, smallest.num_splits,
                        smallest.num_micro_batches), file=out)
   else:
-    print('Recommended: --model_params_override="task.network.num_splits=%d;task.network.num_micro_batches=%d;'
-          'task.network.remat=%s;task.network.schedule=%s"  (peak %.1f MiB of %s, predicted %.2fx the plain model)'
-          % (best.num_cells, best.num_micro_batches, best.remat, best.schedule, best.peak / 2**20,
-             args.device_memory, best.speedup), file=out)
+    print('Recommended: --model_params_override="%s"  (peak %.1f MiB of %s, predicted %.2fx the plain model)' % (
+        best.Override(), best.peak / 2**20, args.device_memory, best.speedup), file=out)
   return candidates, best
 
 

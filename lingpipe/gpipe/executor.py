@@ -298,9 +298,9 @@ class _Interpreter:
     return state
 
 
-def _Record(recorder, name, kind, devices, state, num_cells):
+def _Record(recorder, name, kind, devices, state, plan):
   if recorder is not None:
-    recorder.Add(name, kind, devices, [state.times[(kind, k)].stack() for k in range(num_cells)])
+    recorder.Add(name, kind, devices, [state.times[(kind, k)].stack() for k in range(plan.num_cells)], plan)
 
 
 def _Moments(state):
@@ -320,7 +320,7 @@ def Forward(plan, cells, micro, stacked, recorder=None, name='', loop=True):
   inputs = MicroBatches(micro, stacked, cells.devices[0])
   run = _Interpreter(plan, cells, inputs=inputs, recording=recorder is not None)
   state = _RunPhase(plan, schedule_lib.FORWARD, run, _EmptyState(), loop)
-  _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan.num_cells)
+  _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan)
   with tf.device(cells.devices[-1]):  # Stacked where they were written: no copy.
     outputs = tf.nest.pack_sequence_as(run.kept.like['out'],
                                        [a.stack() for a in state.outputs[plan.num_cells - 1]])
@@ -338,7 +338,7 @@ def Backward(plan, cells, dy_micro, dy_stacked, kept, recorder=None, name='', lo
   upstreams = MicroBatches(dy_micro, dy_stacked, cells.devices[-1])
   run = _Interpreter(plan, cells, upstreams=upstreams, kept=kept, recording=recorder is not None)
   state = _RunPhase(plan, schedule_lib.BACKWARD, run, _EmptyState(), loop)
-  _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan.num_cells)
+  _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   return _InputGrads(state, kept.like[0]), state.accumulated
 
 
@@ -351,6 +351,6 @@ def Step(plan, cells, micro, loss, recorder=None, name=''):
   inputs = MicroBatches(micro, None, cells.devices[0])
   run = _Interpreter(plan, cells, inputs=inputs, loss=loss, recording=recorder is not None)
   state = _RunPhase(plan, schedule_lib.STEP, run, _EmptyState(), loop=False)
-  _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan.num_cells)
-  _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan.num_cells)
+  _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan)
+  _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   return _InputGrads(state, run.kept.like[0]), state.accumulated, _Moments(state)

@@ -46,13 +46,13 @@ def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
   @tf.custom_gradient
   def Pipeline(*args):
     x = tf.nest.pack_sequence_as(inputs, list(args))
-    num_micro = layer._NumMicroBatches(x)  # pylint: disable=protected-access
-    plan = schedule_lib.MakePlan(p.schedule, num_micro, layer.num_cells, p.remat)
-    r = layer._Replica()  # pylint: disable=protected-access
-    devices = layer._mesh[r]  # pylint: disable=protected-access
+    num_micro = layer.NumMicroBatches(x)
+    plan = schedule_lib.MakePlan(p.schedule, num_micro, layer.num_cells, p.remat, layer.num_devices)
+    r = layer.Replica()
+    devices = layer.ReplicaDevices(r)
     micro, _ = microbatch.Split(x, num_micro, p.batch_dim)
     loss_micro, _ = microbatch.Split(loss_inputs, num_micro, 0)
-    params = layer._ReadParams(r)  # pylint: disable=protected-access
+    params = layer.ReadParams(r)
     parts, loss_grads = [], {}
 
     def Loss(m, outputs):
@@ -77,16 +77,16 @@ def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
           for t in flat])
 
     recorder = timeline.Current()
-    cells = layer._Cells(r, params, True, None, recorder is not None)  # pylint: disable=protected-access
+    cells = layer.ExecutorCells(r, params, True, None, recorder is not None)
     first, accumulated, moments = executor.Step(plan, cells, micro, Loss, recorder=recorder,
-                                                name=layer._TimelineName(r))  # pylint: disable=protected-access
-    layer._ApplyBatchNormMoments(moments)  # pylint: disable=protected-access
+                                                name=layer.TimelineName(r))
+    layer.ApplyBatchNormMoments(moments)
     with tf.device(devices[-1]):
       # Micro-batches combine as data-parallel replicas do: means weighted by each part's weights.
       loss, metrics, _ = replicas.CombineReplicas([(l, m) for l, m, _ in parts])
       total = tf.add_n([w for _, _, w in parts])
-    input_grads = layer._MergeInputGrads(first, r, 0)  # pylint: disable=protected-access
-    by_ref = layer._GradientsByVariable(accumulated)  # pylint: disable=protected-access
+    input_grads = layer.MergeInputGrads(first, r, 0)
+    by_ref = layer.GradientsByVariable(accumulated)
     by_ref.update({ref: g for ref, (_, g) in loss_grads.items()})
     structure['metrics'] = metrics
     names = sorted(metrics)

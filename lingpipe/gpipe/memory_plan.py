@@ -14,10 +14,13 @@ schedule, a remat policy, K cells and M micro-batches, each device k is predicte
                      gradients of the two largest of them
 
 and the step takes, in units of one forward flop (f_k: cell k's forward flops; backward 2 f_k, re-computation
-f_k more), (M + K - 1) / M x max_k (3 f_k + recomputed f_k) against sum_k 3 f_k for the plain model on one device:
-the fill-drain bubble and the slowest cell. Assumptions: activations are the layer outputs FPropMeta gives (a
-layer's internal temporaries beyond its output are not counted), micro-batches cost their share of the flops
-(small micro-batches are slower on real hardware; measure with tools/pipeline_benchmark.py), transfers are free.
+f_k more), max_d sum_{k on d} (3 f_k + recomputed f_k) / (1 - bubble) against sum_k 3 f_k for the plain model on
+one device: the busiest device stretched by the schedule's bubble (schedule.Bubble; (M+K-1)/M for fill-drain).
+Stash and in-flight micro-batches come from walking the schedule's Plan, so every schedule is planned alike.
+Assumptions: activations are the layer outputs FPropMeta gives (a layer's internal temporaries beyond its output
+are not counted), micro-batches cost their share of the flops (small micro-batches are slower on real hardware;
+measure with tools/pipeline_benchmark.py), transfers are free (they are not: interleaved 1F1B doubles them, and
+across two pinned CPU processes here it was slower than GPipe for a dense stack; see the benchmark).
 
 `tools/plan_pipeline.py` prints the table for a registered model and recommends the fastest configuration that
 fits; tools/pipeline_benchmark.py's remat section prints the prediction beside the measured peak.
@@ -58,12 +61,20 @@ class CellMemory(NamedTuple):
 class Candidate(NamedTuple):
   schedule: str
   remat: str
-  num_cells: int
+  num_splits: int  # K: devices
   num_micro_batches: int
-  counts: Tuple[int, ...]  # layers per cell
-  cells: Tuple[CellMemory, ...]
+  counts: Tuple[int, ...]  # layers per cell (K x virtual_stages cells)
+  cells: Tuple[CellMemory, ...]  # per device
   bubble: float
   speedup: float  # predicted, against the plain model on one device
+  virtual_stages: int = 1
+
+  def Override(self, prefix='task.network'):
+    """The --model_params_override text that selects this configuration."""
+    text = ';'.join('%s.%s=%s' % (prefix, name, value) for name, value in [
+        ('num_splits', self.num_splits), ('num_micro_batches', self.num_micro_batches), ('remat', self.remat),
+        ('schedule', self.schedule)])
+    return text + (';%s.virtual_stages=%d' % (prefix, self.virtual_stages) if self.virtual_stages > 1 else '')
 
   @property
   def peak(self):
@@ -121,81 +132,103 @@ def OptimizerSlots(optimizer_params):
   return len(getattr(optimizer_params.cls, '_SLOTS', ()))
 
 
-def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedule='gpipe'):
-  """CellMemory of each cell of the cut `counts` (layers per cell) under `schedule`: 'gpipe' keeps what the remat
-  policy stores for all M micro-batches; '1f1b' for the min(K-k, M) in flight on cell k, but its gradient sums
-  exist while forwards still run."""
+def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedule='gpipe', num_devices=None):
+  """CellMemory of each device (`cell` is the device's index; one cell per device unless `schedule` is
+  'interleaved_1f1b' on `num_devices` devices) for the cut `counts` (layers per cell). What a device stashes at
+  its peak comes from walking its actions in the schedule's Plan: each forward adds what it keeps for its micro-
+  batch, each backward frees it. 'gpipe' keeps all M micro-batches; '1f1b' min(K-k, M) on cell k, but its gradient
+  sums exist while forwards still run."""
+  plan = schedule_lib.MakePlan(schedule, num_micro, len(counts), remat, num_devices)
   bounds = [0]
   for c in counts:
     bounds.append(bounds[-1] + c)
-  cells = []
+  kept, working, weights, ends = {}, {}, {}, {}
   for k in range(len(counts)):
     lo, hi = bounds[k], bounds[k + 1]
-    weights = sum(layers.params[lo:hi]) * dtype_size
+    weights[k] = sum(layers.params[lo:hi]) * dtype_size
     outs = layers.out_bytes[lo:hi]
-    activations = sum(outs)
     cell_in = layers.in_bytes if k == 0 else layers.out_bytes[lo - 1]
-    largest = sorted(outs, reverse=True)[:2]
-    in_flight = num_micro if schedule == 'gpipe' else min(len(counts) - k, num_micro)
-    if remat == 'never':
-      stash, recomputed = (cell_in + activations) * in_flight // num_micro, 0
-    elif remat == 'except_last':
+    # Per micro-batch: what a forward keeps (its input; with its activations when taped), and the backward's
+    # working set (re-computed outputs, and the gradients of the two largest).
+    kept[k] = {schedule_lib.KEEP_INPUT: cell_in / num_micro,
+               schedule_lib.KEEP_ACTIVATIONS: (cell_in + sum(outs)) / num_micro}
+    if remat == 'except_last':
       # The last micro-batch's outputs are used (and freed) first, before anything is re-computed: at most one
       # micro-batch's outputs at a time, as with 'always'.
-      stash, recomputed = cell_in * in_flight // num_micro + activations // num_micro, 0
-    else:
-      stash, recomputed = cell_in * in_flight // num_micro, activations // num_micro
-    if k == len(counts) - 1:  # Its outputs and their gradients: stacked (gpipe), or one micro-batch's (1f1b).
-      stash += 2 * outs[-1] * (1 if schedule == 'gpipe' else 1 / num_micro)
-    working = recomputed + sum(largest) // num_micro
+      kept[k][schedule_lib.KEEP_ACTIVATIONS] = cell_in / num_micro
+    recomputed = sum(outs) / num_micro if remat == 'always' else 0  # except_last: counted in `ends` below.
+    working[k] = recomputed + sum(sorted(outs, reverse=True)[:2]) / num_micro
+    ends[k] = sum(outs) / num_micro if remat == 'except_last' else 0  # The last micro-batch's outputs.
+    if k == len(counts) - 1:  # Its outputs and their gradients: stacked (gpipe), or one micro-batch's (loss inside).
+      ends[k] += 2 * outs[-1] * (1 if schedule not in schedule_lib.NEEDS_LOSS else 1 / num_micro)
+  devices = []
+  for d in range(plan.num_devices):
+    own = sorted({a.cell for a in plan.DeviceActions(d)})
+    stash = peak = 0.0
+    keeps = {}
+    for a in plan.DeviceActions(d):
+      if a.kind == schedule_lib.FORWARD:
+        keeps[(a.micro_batch, a.cell)] = kept[a.cell][a.keep]
+        stash += keeps[(a.micro_batch, a.cell)]
+        peak = max(peak, stash)
+      elif a.kind == schedule_lib.BACKWARD:
+        stash -= keeps.pop((a.micro_batch, a.cell))
+    w = sum(weights[k] for k in own)
     # gpipe 'never' peaks when the backward starts (everything stored, one micro-batch's gradients); the
-    # re-computing policies, and 1f1b, hold the sum and a micro-batch's gradients together with their stash.
-    gradients = weights * (2 if num_micro > 1 and (remat != 'never' or schedule != 'gpipe') else 1)
-    stash = int(stash)
-    cells.append(CellMemory(k, weights, gradients, slots * weights, stash, working))
-  return cells
+    # re-computing policies, and the schedules with the loss inside, hold the sum and a micro-batch's gradients
+    # together with their stash.
+    gradients = w * (2 if num_micro > 1 and (remat != 'never' or schedule != 'gpipe') else 1)
+    devices.append(CellMemory(d, w, gradients, slots * w, int(peak + sum(ends[k] for k in own)),
+                              int(max(working[k] for k in own))))
+  return devices
 
 
-def PredictedSpeedup(layers, counts, num_micro, remat):
-  """Plain model's step over the pipeline's, from flops (see the module docstring)."""
-  bounds, times = [0], []
+def PredictedSpeedup(layers, counts, num_micro, remat, schedule='gpipe', num_devices=None):
+  """Plain model's step over the pipeline's, from flops (see the module docstring): the busiest device's work
+  stretched by the schedule's bubble (schedule.Bubble)."""
+  plan = schedule_lib.MakePlan(schedule, num_micro, len(counts), remat, num_devices)
+  bounds, times = [0], [0.0] * plan.num_devices
   for c in counts:
     bounds.append(bounds[-1] + c)
   extra = {'never': 0.0, 'except_last': (num_micro - 1) / num_micro, 'always': 1.0}[remat]
   for k in range(len(counts)):
-    f = sum(layers.flops[bounds[k]:bounds[k + 1]])
-    times.append((3.0 + extra) * f)
+    times[k % plan.num_devices] += (3.0 + extra) * sum(layers.flops[bounds[k]:bounds[k + 1]])
   plain = 3.0 * sum(layers.flops)
-  pipelined = (num_micro + len(counts) - 1) / num_micro * max(times)
+  pipelined = max(times) / (1.0 - schedule_lib.Bubble(plan))
   return plain / pipelined if pipelined else 1.0
 
 
 def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batches=(1, 2, 4, 8, 16, 32),
                remats=schedule_lib.REMAT_POLICIES, balance='flops', slots=0, dtype_size=4,
-               schedules=schedule_lib.SCHEDULES):
-  """Every (schedule, remat, K <= num_devices, M dividing batch_size) configuration."""
+               schedules=schedule_lib.SCHEDULES, virtual_stages=(2,)):
+  """Every (schedule, remat, K <= num_devices, M dividing batch_size) configuration; 'interleaved_1f1b' with each
+  of `virtual_stages` cells per device (K x v cells at most the number of layers). `balance` a list: the layers
+  per cell of one cut, planned for the K (and v) it fits."""
   layers = DescribeLayers(layer_params, input_shapes, dtype_size)
   if balance in ('time', 'memory'):
     balance = 'flops'  # Those measure on a sample batch; the planner runs nothing.
   candidates = []
   for k in range(1, min(num_devices, len(layer_params)) + 1):
-    if isinstance(balance, (list, tuple)):
-      if len(balance) != k:
-        continue
-      counts = partition.CheckBalance(balance, len(layer_params), k)
-    else:
-      costs = {'uniform': [1] * len(layer_params), 'params': list(layers.params),
-               'flops': list(layers.flops)}[balance]
-      counts = partition.BalanceByCost(costs, k)
-    for m in micro_batches:
-      if m > batch_size or batch_size % m:
-        continue
-      for schedule in schedules:
-        for remat in remats:
-          cells = CellMemories(layers, counts, m, remat, slots, dtype_size, schedule)
-          candidates.append(Candidate(schedule, remat, k, m, tuple(counts), tuple(cells),
-                                      schedule_lib.BubbleFraction(m, k),  # The same for 1f1b.
-                                      PredictedSpeedup(layers, counts, m, remat)))
+    for schedule in schedules:
+      for v in virtual_stages if schedule == 'interleaved_1f1b' else (1,):
+        num_cells = k * v
+        given = isinstance(balance, (list, tuple))
+        if (v > 1 and k == 1) or num_cells > len(layer_params) or (given and len(balance) != num_cells):
+          continue
+        if given:
+          counts = partition.CheckBalance(balance, len(layer_params), num_cells)
+        else:
+          costs = {'uniform': [1] * len(layer_params), 'params': list(layers.params),
+                   'flops': list(layers.flops)}[balance]
+          counts = partition.BalanceByCost(costs, num_cells)
+        for m in micro_batches:
+          if m > batch_size or batch_size % m:
+            continue
+          for remat in remats:
+            cells = CellMemories(layers, counts, m, remat, slots, dtype_size, schedule, k)
+            plan = schedule_lib.MakePlan(schedule, m, num_cells, remat, k)
+            candidates.append(Candidate(schedule, remat, k, m, tuple(counts), tuple(cells), schedule_lib.Bubble(plan),
+                                        PredictedSpeedup(layers, counts, m, remat, schedule, k), v))
   return candidates
 
 
@@ -222,13 +255,14 @@ def ParseBytes(text):
 
 def Table(candidates, device_memory) -> List[str]:
   """Lines of a table of the candidates, fitting ones marked."""
-  lines = ['%-9s %-12s %3s %4s  %-14s %10s %10s %10s %10s  %6s %8s  %s' % (
+  lines = ['%-21s %-12s %3s %4s  %-14s %10s %10s %10s %10s  %6s %8s  %s' % (
       'schedule', 'remat', 'K', 'M', 'layers/cell', 'peak MiB', 'weights', 'stash', 'working', 'bubble',
       'speed-up', 'fits')]
-  for c in sorted(candidates, key=lambda c: (c.num_cells, c.num_micro_batches, c.remat)):
+  for c in sorted(candidates, key=lambda c: (c.num_splits, c.num_micro_batches, c.remat)):
     big = max(c.cells, key=lambda cell: cell.peak)
-    lines.append('%-9s %-12s %3d %4d  %-14s %10.1f %10.1f %10.1f %10.1f  %6.3f %8.2f  %s' % (
-        c.schedule, c.remat, c.num_cells, c.num_micro_batches, ','.join(map(str, c.counts))[:14],
+    name = c.schedule + (' v=%d' % c.virtual_stages if c.virtual_stages > 1 else '')
+    lines.append('%-21s %-12s %3d %4d  %-14s %10.1f %10.1f %10.1f %10.1f  %6.3f %8.2f  %s' % (
+        name, c.remat, c.num_splits, c.num_micro_batches, ','.join(map(str, c.counts))[:14],
         c.peak / 2**20, big.weights / 2**20, big.stash / 2**20, big.working / 2**20, c.bubble, c.speedup,
         'yes' if c.peak <= device_memory else 'no'))
   return lines

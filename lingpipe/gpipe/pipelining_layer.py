@@ -80,6 +80,8 @@ class PipeliningLayer(base_layer.BaseLayer):
              "'except_last' stores the last micro-batch's activations (its backward starts at once); 'never' "
              "stores all activations.")
     p.Define('schedule', 'gpipe', 'Pipeline schedule: one of %s.' % ', '.join(schedule_lib.SCHEDULES))
+    p.Define('virtual_stages', 1, "Cells per device v, for schedule='interleaved_1f1b': `layers` are cut into "
+             'num_splits x v cells (with `cell_tpl`, len(cell_tpl) / v devices), cell c on device c mod num_splits.')
     p.Define('devices', None, 'Device names for the cells: a list of K, or a list of K per replica; None takes '
              'the current cluster\'s mesh (the trainer\'s; locally: GPUs, else logical CPU devices; see '
              'lingpipe.distributed.cluster).')
@@ -95,22 +97,32 @@ class PipeliningLayer(base_layer.BaseLayer):
     if p.num_micro_batches < 1 or p.micro_batch_size < 0:
       raise errors.ConfigError('Layer %s: num_micro_batches must be >= 1 and micro_batch_size >= 0, got %d and %d.'
                                % (self.path, p.num_micro_batches, p.micro_batch_size))
+    if p.virtual_stages < 1 or (p.virtual_stages > 1 and p.schedule != 'interleaved_1f1b'):
+      raise errors.ConfigError("Layer %s: virtual_stages=%d needs schedule='interleaved_1f1b' (got %r); the other "
+                               'schedules run one cell per device (virtual_stages=1).' % (
+                                   self.path, p.virtual_stages, p.schedule))
     if bool(p.cell_tpl) == bool(p.layers):
       raise errors.ConfigError('Layer %s: set exactly one of cell_tpl (one Params per cell) and layers (a flat '
                                'list cut by num_splits and balance).' % self.path)
     if p.cell_tpl:
       units, counts = list(p.cell_tpl), [1] * len(p.cell_tpl)
+      if len(units) % p.virtual_stages:
+        raise errors.ConfigError('Layer %s: %d cells in cell_tpl cannot be spread as virtual_stages=%d per device; '
+                                 'give a multiple of %d cells.' % (self.path, len(units), p.virtual_stages,
+                                                                    p.virtual_stages))
     else:
       units = list(p.layers)
-      counts = partition.Partition(units, p.num_splits, p.balance, self._InputShapes(),
+      counts = partition.Partition(units, p.num_splits * p.virtual_stages, p.balance, self._InputShapes(),
                                    self._SampleInputs() if p.balance in ('time', 'memory') else None)
     object.__setattr__(self, '_num_cells', len(counts))
+    num_devices = len(counts) // p.virtual_stages
+    object.__setattr__(self, '_num_devices', num_devices)
     mesh = cluster.Cluster(list(p.devices)) if p.devices else cluster.Current()
     if base_layer.IsAbstract():  # Nothing is placed: sizes only (any number of cells on this machine).
       object.__setattr__(self, '_mesh', [[mesh.Device(0, num_splits=1)] * self._num_cells])
     else:
-      # _mesh[r][k]: the device of cell k in replica r. Variables live on replica 0's devices.
-      object.__setattr__(self, '_mesh', [[mesh.Device(k, r, num_splits=self._num_cells)
+      # _mesh[r][k]: the device of cell k in replica r (k mod num_devices). Variables live on replica 0's devices.
+      object.__setattr__(self, '_mesh', [[mesh.Device(k % num_devices, r, num_splits=num_devices)
                                           for k in range(self._num_cells)] for r in range(mesh.num_replicas)])
     object.__setattr__(self, '_devices', self._mesh[0])
     object.__setattr__(self, '_bounds', [int(b) for b in np.cumsum([0] + counts)])
@@ -135,6 +147,11 @@ class PipeliningLayer(base_layer.BaseLayer):
     return self._num_cells
 
   @property
+  def num_devices(self):
+    """K: the devices of one replica (num_cells / virtual_stages)."""
+    return self._num_devices
+
+  @property
   def devices(self):
     """The cells' devices in replica 0 (where the variables live)."""
     return list(self._devices)
@@ -143,13 +160,17 @@ class PipeliningLayer(base_layer.BaseLayer):
   def num_replicas(self):
     return len(self._mesh)
 
-  def _Replica(self):
+  def Replica(self):
     """The replica the current FProp is for (context.Replica), checked against the mesh."""
     r = context.CurrentReplica()
     if not 0 <= r < len(self._mesh):
       raise errors.ConfigError('Layer %s was built for %d replica(s) but is run as replica %d; build it under the '
                                'cluster that runs it (cluster.Use).' % (self.path, len(self._mesh), r))
     return r
+
+  def ReplicaDevices(self, replica):
+    """The device of each cell in `replica`."""
+    return list(self._mesh[replica])
 
   def CellLayers(self, k):
     """The layers of cell k."""
@@ -275,7 +296,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       self._cell_fns[key] = remat.AccumulatingBackward(fn, self._mesh[r][k], stamped)
     return self._cell_fns[key]
 
-  def _NumMicroBatches(self, inputs):
+  def NumMicroBatches(self, inputs):
     p = self.params
     if not p.micro_batch_size:
       return p.num_micro_batches
@@ -297,10 +318,10 @@ class PipeliningLayer(base_layer.BaseLayer):
             'Layer %s: schedule %r computes the loss inside the pipeline, so training calls FPropWithLoss(inputs, '
             'loss_inputs, loss_fn) (tasks do it through PipelineInputs and PredictionsFromPipeline), not FProp.'
             % (self.path, self.params.schedule))
-      if self._num_cells == 1 and self._NumMicroBatches(inputs) == 1:
+      if self._num_cells == 1 and self.NumMicroBatches(inputs) == 1:
         # Nothing to pipeline, and re-computing the one task would hold the same activations, only later: the
         # plain model, at plain speed, whatever the remat policy.
-        with tf.device(self._mesh[self._Replica()][0]):
+        with tf.device(self._mesh[self.Replica()][0]):
           return self._RunCell(0, inputs)
       return self._TrainFProp(inputs)
     return self._Forward(inputs, training=False)[0]
@@ -321,27 +342,29 @@ class PipeliningLayer(base_layer.BaseLayer):
     """Runs the forward phase of the schedule's plan (schedule.py, executor.py). Returns (merged outputs,
     NestedMap of what the backward needs)."""
     p = self.params
-    r = self._Replica()
+    r = self.Replica()
     devices = self._mesh[r]
-    num_micro = self._NumMicroBatches(inputs)
-    plan = schedule_lib.MakePlan(p.schedule, num_micro, self._num_cells, p.remat if training else None)
+    num_micro = self.NumMicroBatches(inputs)
+    plan = schedule_lib.MakePlan(p.schedule, num_micro, self._num_cells, p.remat if training else None,
+                                 self._num_devices)
     # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
     with tf.device(devices[0]):
       stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
                  if executor.Loops(plan, schedule_lib.FORWARD) else None)
-    params = self._ReadParams(r)
+    params = self.ReadParams(r)
     padding = self._Padding(micro, num_micro, pad_rows) if training else None
     recorder = timeline.Current()
-    cells = self._Cells(r, params, training, padding, recorder is not None)
-    result = executor.Forward(plan, cells, micro, stacked, recorder=recorder, name=self._TimelineName(r))
+    cells = self.ExecutorCells(r, params, training, padding, recorder is not None)
+    result = executor.Forward(plan, cells, micro, stacked, recorder=recorder, name=self.TimelineName(r))
     if training:
-      self._ApplyBatchNormMoments(result.moments)
+      self.ApplyBatchNormMoments(result.moments)
     with tf.device(devices[-1]):
       outputs = microbatch.MergeStacked(result.outputs, p.batch_dim, pad_rows)
     return outputs, NestedMap(plan=plan, kept=result.kept, params=params, pad_rows=pad_rows, padding=padding)
 
-  def _ApplyBatchNormMoments(self, merged):
+  # -- what a step driven by the executor needs (here and loss_step.py; also Replica, ReplicaDevices, NumMicroBatches)
+  def ApplyBatchNormMoments(self, merged):
     """Hands the moments of all micro-batches ({layer path: moments.Moments}) to the task's collector, which
     moves the averages once per step (and once for all replicas); a pipeline run on its own moves them here."""
     collector = context.CurrentBatchNormStats()
@@ -353,7 +376,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     if own:
       collector.Update()
 
-  def _ReadParams(self, replica):
+  def ReadParams(self, replica):
     """Each cell's parameter values, read once per step on its device in `replica`."""
     params = []
     for k in range(self._num_cells):
@@ -361,7 +384,7 @@ class PipeliningLayer(base_layer.BaseLayer):
         params.append(self._cell_params[k].Read())
     return params
 
-  def _Cells(self, replica, params, training, padding, stamped):
+  def ExecutorCells(self, replica, params, training, padding, stamped):
     """executor.Cells of `replica`: each cell's forward and, in training, its re-computing and taped backward."""
     cells = range(self._num_cells)
     return executor.Cells(
@@ -369,17 +392,17 @@ class PipeliningLayer(base_layer.BaseLayer):
         backward=[self._BackwardFn(k, replica, padding, stamped) for k in cells] if training else None,
         taped_backward=remat.TapedBackward)
 
-  def _GradientsByVariable(self, accumulated):
+  def GradientsByVariable(self, accumulated):
     """{variable.ref(): gradient} of the executor's {cell: accumulated parameter gradients}."""
     return {v.ref(): g for k, grads in accumulated.items() for v, g in zip(self._cell_params[k].variables, grads)}
 
-  def _MergeInputGrads(self, first, replica, pad_rows):
+  def MergeInputGrads(self, first, replica, pad_rows):
     """The pipeline's input gradients (None for non-float leaves) from the executor's per-leaf TensorArrays."""
     with tf.device(self._mesh[replica][0]):
       return [None if a is None else microbatch.MergeStacked(a.stack(), self.params.batch_dim, pad_rows)
               for a in first]
 
-  def _TimelineName(self, replica):
+  def TimelineName(self, replica):
     return self.path if len(self._mesh) == 1 else '%s/replica_%d' % (self.path, replica)
 
   def _Padding(self, micro, num_micro, pad_rows):
@@ -399,7 +422,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     @tf.custom_gradient
     def Pipeline(*args):
       outputs, forward = self._Forward(tf.nest.pack_sequence_as(inputs, list(args)), True)
-      r = self._Replica()
+      r = self.Replica()
       structure['outputs'] = outputs
       flat_outputs = tf.nest.flatten(outputs)
 
@@ -417,11 +440,11 @@ class PipeliningLayer(base_layer.BaseLayer):
           dy_stacked = (microbatch.Stacked(dy, num_micro, p.batch_dim, forward.pad_rows)
                         if executor.Loops(forward.plan, schedule_lib.BACKWARD) else None)
         recorder = timeline.Current()
-        cells = self._Cells(r, forward.params, True, forward.padding, recorder is not None)
+        cells = self.ExecutorCells(r, forward.params, True, forward.padding, recorder is not None)
         first, accumulated = executor.Backward(forward.plan, cells, dy_micro, dy_stacked, forward.kept,
-                                               recorder=recorder, name=self._TimelineName(r))
-        by_ref = self._GradientsByVariable(accumulated)
-        return (self._MergeInputGrads(first, r, forward.pad_rows),
+                                               recorder=recorder, name=self.TimelineName(r))
+        by_ref = self.GradientsByVariable(accumulated)
+        return (self.MergeInputGrads(first, r, forward.pad_rows),
                 [by_ref.get(v.ref()) for v in (variables or [])])
 
       return flat_outputs, Grad

@@ -29,8 +29,9 @@ from typing import NamedTuple, Tuple
 
 from lingpipe.core import errors
 
-SCHEDULES = ('gpipe', '1f1b')
-NEEDS_LOSS = ('1f1b',)  # Schedules that run backwards before all forwards: the loss is computed inside.
+SCHEDULES = ('gpipe', '1f1b', 'interleaved_1f1b')
+# Schedules that run backwards before all forwards: the loss is computed inside the pipeline.
+NEEDS_LOSS = ('1f1b', 'interleaved_1f1b')
 REMAT_POLICIES = ('always', 'except_last', 'never')
 FORWARD, BACKWARD, SEND, STEP = 'forward', 'backward', 'send', 'step'
 KEEP_NOTHING, KEEP_INPUT, KEEP_ACTIVATIONS = 'nothing', 'input', 'activations'
@@ -87,16 +88,20 @@ class Plan(NamedTuple):
     """(micro_batch, cell) of the phase's FORWARD or BACKWARD actions, in build order."""
     return [(a.micro_batch, a.cell) for tick in self.Phase(phase).ticks for a in tick if a.kind != SEND]
 
+  def _Name(self, action):
+    """Fm/Bm; with more cells than devices Fm:c, c the cell."""
+    return str(action) if self.num_cells == self.num_devices else '%s:%d' % (action, action.cell)
+
   def Diagram(self):
     """The plan drawn as in this module's docstring, one block per phase."""
     lines = []
     for phase in self.phases:
-      width = max([len(str(a)) for tick in phase.ticks for a in tick if a.kind != SEND] + [2]) + 2
+      width = max([len(self._Name(a)) for tick in phase.ticks for a in tick if a.kind != SEND] + [2]) + 2
       lines.append('%s (%d ticks)' % (phase.name, len(phase.ticks)))
       for d in range(self.num_devices):
         cells = []
         for tick in phase.ticks:
-          names = [str(a) for a in tick if a.device == d and a.kind != SEND]
+          names = [self._Name(a) for a in tick if a.device == d and a.kind != SEND]
           cells.append((names[0] if names else '.').ljust(width))
         lines.append(('dev %d  ' % d) + ''.join(cells).rstrip())
     return '\n'.join(lines)
@@ -114,18 +119,29 @@ def CheckScheduleName(schedule):
         schedule, ', '.join(SCHEDULES), errors.DidYouMean(str(schedule), SCHEDULES)))
 
 
-def MakePlan(schedule, num_micro_batches, num_cells, remat=None):
-  """The Plan of `schedule` for M micro-batches through K cells (one device per cell); `remat` (a policy of
-  REMAT_POLICIES) gives a training plan with a backward phase, None a forward-only plan."""
+def MakePlan(schedule, num_micro_batches, num_cells, remat=None, num_devices=None):
+  """The Plan of `schedule` for M micro-batches through C cells on `num_devices` devices K (default C: one cell
+  per device; 'interleaved_1f1b' takes any K that divides C, cell c on device c mod K); `remat` (a policy of
+  REMAT_POLICIES) gives a training plan, None a forward-only plan."""
   CheckScheduleName(schedule)
   _CheckSizes(num_micro_batches, num_cells)
+  num_devices = num_cells if num_devices is None else num_devices
   if remat is not None and remat not in REMAT_POLICIES:
     raise errors.ConfigError('Unknown remat policy %r; expected one of %s.%s' % (
         remat, ', '.join(REMAT_POLICIES), errors.DidYouMean(str(remat), REMAT_POLICIES)))
-  if schedule in NEEDS_LOSS and remat is None:  # Evaluation: a forward pass, in any schedule's order.
-    schedule = 'gpipe'
-  plan = _OneFOneB(num_micro_batches, num_cells, remat) if schedule == '1f1b' else _FillDrain(
-      num_micro_batches, num_cells, remat)
+  if schedule == 'interleaved_1f1b':
+    if num_devices < 1 or num_cells % num_devices:
+      raise errors.ConfigError('Schedule interleaved_1f1b places %d cells on %d devices: the number of cells must '
+                               'be a multiple of the number of devices (virtual_stages cells each).' % (
+                                   num_cells, num_devices))
+    plan = _Interleaved(num_micro_batches, num_cells, num_devices, remat)
+  elif num_devices != num_cells:
+    raise errors.ConfigError('Schedule %r runs one cell per device, got %d cells on %d devices; more cells than '
+                             'devices need schedule=\'interleaved_1f1b\'.' % (schedule, num_cells, num_devices))
+  elif schedule == '1f1b' and remat is not None:  # Evaluation: the forward pass of fill-drain.
+    plan = _OneFOneB(num_micro_batches, num_cells, remat)
+  else:
+    plan = _FillDrain(num_micro_batches, num_cells, remat)
   Check(plan)
   return plan
 
@@ -184,38 +200,89 @@ def _OneFOneB(num_micro, num_cells, remat):
   """
   orders = []
   for k in range(num_cells):
-    warm = min(num_cells - 1 - k, num_micro)
-    order = [(FORWARD, m) for m in range(warm)]
-    for i in range(num_micro - warm):
-      order += [(FORWARD, warm + i), (BACKWARD, i)]
-    order += [(BACKWARD, m) for m in range(num_micro - warm, num_micro)]
-    orders.append(order)
-  done, ticks, position = {}, [], [0] * num_cells
-  while any(position[k] < len(orders[k]) for k in range(num_cells)):
+    forwards, backwards = [(FORWARD, m, k) for m in range(num_micro)], [(BACKWARD, m, k) for m in range(num_micro)]
+    orders.append(_OneForwardOneBackward(forwards, backwards, min(num_cells - 1 - k, num_micro)))
+  return _ListTicks('1f1b', orders, num_micro, num_cells, remat)
+
+
+def _Interleaved(num_micro, num_cells, num_devices, remat):
+  """Interleaved 1F1B (Narayanan et al. 2021): v = C/K cells per device, cell c on device c mod K, so each device
+  holds v thin stages spread along the pipeline, and a micro-batch crosses the K devices v times. Device d runs
+  its forwards in groups of K micro-batches: the group through its first cell (d), then through its second
+  (d + K), ...; its backwards likewise, last cell first; after (K-1-d) + (v-1)K warm-up forwards it alternates
+  one forward and one backward, as 1F1B does. The fill and drain are v times shorter, so with M a multiple of K
+  the bubble is (K-1)/(vM+K-1) instead of (K-1)/(M+K-1), for v times the hand-offs. M=4, K=2, v=2 (cells 0
+  and 2 on device 0, cells 1 and 3 on device 1; Fm:c is the forward of micro-batch m through cell c):
+
+      tick    0     1     2     3     4     5     6     7     8     9     10    11    12    13    14    15    16
+      dev 0   F0:0  F1:0  F0:2  F1:2  .     B0:2  F2:0  B1:2  F3:0  B0:0  F2:2  B1:0  F3:2  B2:2  .     B3:2  B2:0 ..
+      dev 1   .     F0:1  F1:1  F0:3  B0:3  F1:3  B1:3  F2:1  B0:1  F3:1  B1:1  F2:3  B2:3  F3:3  B3:3  B2:1  B3:1
+
+  (device 0 ends with B3:0 at tick 17.) Megatron-LM warms up with 2(K-1-d) + (v-1)K forwards, to overlap its
+  sends; with these ticks that deadlocked for some M not divisible by K (M=5, K=4, v=3). The shorter warm-up never
+  did for M <= 32, K <= 6, v <= 4, nor had a larger bubble than 1F1B (Simulate); for M a multiple of K its bubble
+  is the formula's.
+
+  With `remat` None (evaluation), device d runs the same forwards and no backward.
+  """
+  groups = [range(g, min(g + num_devices, num_micro)) for g in range(0, num_micro, num_devices)]
+  virtual = num_cells // num_devices
+  orders = []
+  for d in range(num_devices):
+    chunks = [c * num_devices + d for c in range(virtual)]
+    forwards = [(FORWARD, m, c) for g in groups for c in chunks for m in g]
+    if remat is None:
+      orders.append(forwards)
+      continue
+    backwards = [(BACKWARD, m, c) for g in groups for c in reversed(chunks) for m in g]
+    warm = min(num_devices - 1 - d + (virtual - 1) * num_devices, len(forwards))
+    orders.append(_OneForwardOneBackward(forwards, backwards, warm))
+  return _ListTicks('interleaved_1f1b', orders, num_micro, num_cells, remat)
+
+
+def _OneForwardOneBackward(forwards, backwards, warm):
+  """`warm` forwards, then one forward and one backward in turn, then the remaining backwards."""
+  order = forwards[:warm]
+  for i in range(len(forwards) - warm):
+    order += [forwards[warm + i], backwards[i]]
+  return order + backwards[len(forwards) - warm:]
+
+
+def _ListTicks(name, orders, num_micro, num_cells, remat):
+  """The Plan of devices running their `orders` (orders[d]: (kind, micro-batch, cell) in device d's order): at
+  each tick every device runs its next action if everything that action needs ran at an earlier tick. One phase:
+  STEP when training (forwards and backwards interleaved: the loss is computed inside), FORWARD for evaluation."""
+  done, ticks, position = {}, [], [0] * len(orders)
+  while any(position[d] < len(order) for d, order in enumerate(orders)):
     t, tick = len(ticks), []
-    for k in reversed(range(num_cells)):
-      if position[k] == len(orders[k]):
+    for d in reversed(range(len(orders))):
+      if position[d] == len(orders[d]):
         continue
-      kind, m = orders[k][position[k]]
+      kind, m, k = orders[d][position[d]]
       if kind == FORWARD:
         needs = [(FORWARD, m, k - 1)] if k > 0 else []
       else:
         needs = [(FORWARD, m, k)] + ([(BACKWARD, m, k + 1)] if k + 1 < num_cells else [])
       if any(done.get(n, t) >= t for n in needs):
         continue
-      position[k] += 1
+      position[d] += 1
       done[(kind, m, k)] = t
       stores = _Stores(remat, m, num_micro)
       if kind == FORWARD:
-        tick.append(Action(FORWARD, m, k, k, keep=KEEP_ACTIVATIONS if stores else KEEP_INPUT))
+        keep = KEEP_NOTHING if remat is None else KEEP_ACTIVATIONS if stores else KEEP_INPUT
+        tick.append(Action(FORWARD, m, k, d, keep=keep))
         if k + 1 < num_cells:
-          tick.append(Action(SEND, m, k, k, to_cell=k + 1))
+          tick.append(Action(SEND, m, k, d, to_cell=k + 1))
       else:
-        tick.append(Action(BACKWARD, m, k, k, recompute=not stores))
+        tick.append(Action(BACKWARD, m, k, d, recompute=not stores))
         if k > 0:
-          tick.append(Action(SEND, m, k, k, to_cell=k - 1))
+          tick.append(Action(SEND, m, k, d, to_cell=k - 1))
+    if not tick:
+      raise errors.ConfigError('Schedule %r deadlocks at tick %d (M=%d, %d cells on %d devices): no device can '
+                               'run its next action.' % (name, t, num_micro, num_cells, len(orders)))
     ticks.append(tuple(tick))
-  return Plan('1f1b', num_micro, num_cells, num_cells, remat, (Phase(STEP, tuple(ticks)),))
+  phase = Phase(FORWARD if remat is None else STEP, tuple(ticks))
+  return Plan(name, num_micro, num_cells, len(orders), remat, (phase,))
 
 
 def Check(plan):
@@ -229,7 +296,7 @@ def Check(plan):
         plan.schedule, plan.num_micro_batches, plan.num_cells, why))
 
   num_micro, num_cells = plan.num_micro_batches, plan.num_cells
-  forwarded, backwarded = {}, set()
+  forwarded, backwarded, device_of = {}, set(), {}
   for phase in plan.phases:
     mail, produced = {}, {}
     for t, tick in enumerate(phase.ticks):
@@ -238,8 +305,10 @@ def Check(plan):
         Fail('tick %d gives one device two tasks: %s' % (t, ' '.join(map(str, tick))))
       for a in tick:
         task = (a.micro_batch, a.cell)
-        if not (0 <= a.micro_batch < num_micro and 0 <= a.cell < num_cells):
-          Fail('%s names a micro-batch or cell out of range' % (a,))
+        if not (0 <= a.micro_batch < num_micro and 0 <= a.cell < num_cells and 0 <= a.device < plan.num_devices):
+          Fail('%s names a micro-batch, cell or device out of range' % (a,))
+        if device_of.setdefault(a.cell, a.device) != a.device:
+          Fail('cell %d runs on devices %d and %d' % (a.cell, device_of[a.cell], a.device))
         if a.kind == SEND:
           if produced.get(a.cell) != a.micro_batch:
             Fail('tick %d sends %s before cell %d produced it' % (t, a, a.cell))
@@ -294,6 +363,36 @@ def SteadyTicks(phase):
     else:
       step = follows
   return best
+
+
+def Simulate(plan, backward_cost=2.0):
+  """The plan run with a forward taking 1 time unit and a backward `backward_cost` (about 2: the gradients of the
+  inputs and of the weights), hand-offs free, each device running its actions in plan order as soon as their
+  inputs exist, and a phase starting when the previous one ended. Returns (the step's length, the fraction of it
+  the devices are idle on average: the schedule's bubble)."""
+  end, now, busy = {}, 0.0, [0.0] * plan.num_devices
+  for phase in plan.phases:
+    free = [now] * plan.num_devices
+    for tick in phase.ticks:  # A tick's actions need only earlier ticks' results.
+      for a in tick:
+        if a.kind == SEND:
+          continue
+        m, k = a.micro_batch, a.cell
+        if a.kind == FORWARD:
+          needs, cost = [(FORWARD, m, k - 1)], 1.0
+        else:
+          needs, cost = [(FORWARD, m, k), (BACKWARD, m, k + 1)], backward_cost
+        start = max([free[a.device]] + [end[n] for n in needs if n in end])
+        end[(a.kind, m, k)] = free[a.device] = start + cost
+        busy[a.device] += cost
+    now = max(free)
+  return now, 1.0 - sum(busy) / (plan.num_devices * now)
+
+
+def Bubble(plan):
+  """The idle fraction of `plan` (Simulate); fill-drain and 1F1B: (K-1)/(M+K-1); interleaved 1F1B with M a
+  multiple of K: (K-1)/(vM+K-1)."""
+  return Simulate(plan)[1]
 
 
 def BubbleFraction(num_micro_batches, num_cells):

@@ -22,7 +22,8 @@ the micro-batch, and remote workers need their own profiler servers.)
     loss, rows = Step(x)
     events = recorder.Events(rows)
     timeline.WriteChromeTrace(events, 'step.json'); timeline.DrawGantt(events, 'step.png')
-    print(timeline.MeasuredBubble(events), timeline.TheoreticalBubble(num_micro, num_cells))
+    plan = recorder.Plans()[name]  # The plan each pipeline ran: its theoretical bubble is schedule.Bubble(plan).
+    print(timeline.MeasuredBubble(events), schedule.Bubble(plan))
 """
 
 import collections
@@ -46,14 +47,21 @@ class Recorder:
 
   def __init__(self):
     self._passes = []  # (pipeline, kind, devices, [per-cell [M, 3] tensors: micro-batch, start, end])
+    self._plans = {}
 
   def Reset(self):
-    self._passes = []
+    self._passes, self._plans = [], {}
 
-  def Add(self, pipeline, kind, devices, rows):
-    """One pass (kind FORWARD or BACKWARD) of `pipeline` (a name) over `devices`: rows[k] is cell k's
-    [M, 3] float64 tensor of (micro-batch, start, end)."""
+  def Add(self, pipeline, kind, devices, rows, plan=None):
+    """One pass (kind FORWARD or BACKWARD) of `pipeline` (a name) over `devices` (one per cell): rows[k] is
+    cell k's [M, 3] float64 tensor of (micro-batch, start, end); `plan`, the schedule.Plan it ran."""
     self._passes.append((pipeline, kind, list(devices), list(rows)))
+    if plan is not None:
+      self._plans[pipeline] = plan
+
+  def Plans(self):
+    """{pipeline: the schedule.Plan it ran}."""
+    return dict(self._plans)
 
   def Collect(self):
     """The recorded tensors, to return from the step function (a list: one [K, M, 3] tensor per pass)."""
@@ -141,11 +149,6 @@ def Timed(device, waits_for, action):
 
 
 # -- analysis ------------------------------------------------------------------------------------------------------
-def TheoreticalBubble(num_micro_batches, num_cells):
-  """GPipe's idle fraction of each device: (K-1)/(M+K-1)."""
-  return (num_cells - 1) / (num_micro_batches + num_cells - 1)
-
-
 def MeasuredBubble(events):
   """The mean over devices of the fraction of the step (first start to last end, all devices) each device was
   idle, for each pipeline: {pipeline: fraction}."""
@@ -221,7 +224,7 @@ def ShortDevice(device):
 
 def DrawGantt(events, path, title=''):
   """A PNG Gantt chart: a row per device, forward and backward actions in two colours with their micro-batch
-  numbers, idle time shaded."""
+  numbers (m:c, c the cell, where a device runs several cells), idle time shaded."""
   try:
     import matplotlib  # pylint: disable=g-import-not-at-top
     matplotlib.use('Agg')
@@ -230,12 +233,17 @@ def DrawGantt(events, path, title=''):
     raise errors.ConfigError('Drawing the timeline needs matplotlib: pip install matplotlib (or lingpipe[test]).') \
         from e
   origin = min(e.start for e in events)
-  rows = sorted({(e.pipeline, e.cell, e.device) for e in events})
+  first_cell = {}
+  for e in events:
+    first_cell[(e.pipeline, e.device)] = min(e.cell, first_cell.get((e.pipeline, e.device), e.cell))
+  rows = sorted(first_cell, key=lambda row: (row[0], first_cell[row]))  # (pipeline, device), in cell order.
   span_ms = (max(e.end for e in events) - origin) * 1e3
   figure, axes = pyplot.subplots(figsize=(12, 0.6 * len(rows) + 1.4))
-  for y, (pipeline, cell, device) in enumerate(rows):
+  labels = []
+  for y, (pipeline, device) in enumerate(rows):
     axes.barh(y, span_ms, left=0, height=0.8, color='#e8e8e8')  # Idle unless an action covers it.
-    own = [e for e in events if (e.pipeline, e.cell, e.device) == (pipeline, cell, device)]
+    own = [e for e in events if (e.pipeline, e.device) == (pipeline, device)]
+    cells = sorted({e.cell for e in own})
     lanes = _Lanes(own)
     height = 0.8 / (max(lanes) + 1)
     for e, lane in zip(own, lanes):
@@ -244,11 +252,12 @@ def DrawGantt(events, path, title=''):
       axes.barh(centre, width, left=left, height=height, color='#4c72b0' if e.kind == FORWARD else '#dd8452',
                 edgecolor='white', linewidth=0.5)
       if width > span_ms / 150:
-        axes.text(left + width / 2, centre, str(e.micro_batch), ha='center', va='center', fontsize=7, color='white')
+        text = str(e.micro_batch) if len(cells) == 1 else '%d:%d' % (e.micro_batch, e.cell)
+        axes.text(left + width / 2, centre, text, ha='center', va='center', fontsize=7, color='white')
+    labels.append('cell%s %s (%s)' % ('s' if len(cells) > 1 else '', ','.join(map(str, cells)), ShortDevice(device))
+                  + ('' if len({r[0] for r in rows}) == 1 else ' ' + pipeline))
   axes.set_yticks(range(len(rows)))
-  axes.set_yticklabels(['cell %d (%s)' % (cell, ShortDevice(device)) + ('' if len({r[0] for r in rows}) == 1
-                                                                       else ' ' + pipeline)
-                        for pipeline, cell, device in rows])
+  axes.set_yticklabels(labels)
   axes.invert_yaxis()
   axes.set_xlabel('ms since the first action')
   axes.set_xlim(0, span_ms)

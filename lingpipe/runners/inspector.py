@@ -81,10 +81,11 @@ def PrintCells(pipeline, out=None, slots=0):
   shapes = p.input_shapes
   batch = memory_plan.BatchSize(shapes, p.batch_dim)
   candidates = memory_plan.Candidates(
-      [layer.params for layer in pipeline.units], shapes, pipeline.num_cells, batch,
+      [layer.params for layer in pipeline.units], shapes, pipeline.num_devices, batch,
       micro_batches=(pipeline.params.num_micro_batches,), balance=[
-          len(pipeline.CellLayers(k)) for k in range(pipeline.num_cells)], slots=slots, dtype_size=p.dtype.size)
+          len(pipeline.CellLayers(k)) for k in range(pipeline.num_cells)], slots=slots, dtype_size=p.dtype.size,
+      virtual_stages=(p.virtual_stages,) if p.virtual_stages > 1 else ())
   print('# Memory planner, per device, with %d optimizer slot(s) per weight (lingpipe/gpipe/memory_plan.py; '
         'tools/plan_pipeline.py explores K and M):' % slots, file=out)
-  for line in memory_plan.Table([c for c in candidates if c.num_cells == pipeline.num_cells], float('inf')):
+  for line in memory_plan.Table([c for c in candidates if c.num_splits == pipeline.num_devices], float('inf')):
     print(line, file=out)

@@ -2,7 +2,8 @@
 
 Runs training steps of the model on one batch of its training input, from the newest checkpoint (or fresh
 weights), records when each pipeline action ran on its device, and writes logdir/profile/step_<N>.png (a Gantt
-chart) and step_<N>.json (a Chrome trace) of the median step, with the measured bubble beside (K-1)/(M+K-1).
+chart) and step_<N>.json (a Chrome trace) of the median step, with the measured bubble beside the schedule's
+(schedule.Bubble: (K-1)/(M+K-1) for GPipe and 1F1B).
 Nothing is saved: the profiled steps' updates stay in memory, so it may run while the model trains.
 """
 
@@ -14,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from lingpipe.distributed import cluster
+from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe import timeline
 from lingpipe.runners import checkpointer
 
@@ -57,13 +59,13 @@ def Profile(p, logdir, steps=5, warmup=2, out=None):
   timeline.DrawGantt(events, png, '%s at step %d (the median of %d profiled steps)' % (p.model, step, steps))
   timeline.WriteChromeTrace(events, trace)
   result = {}
+  plans = recorder.Plans()
   for pipeline, measured in timeline.MeasuredBubble(events).items():
-    own = [e for e in events if e.pipeline == pipeline]
-    num_cells, num_micro = 1 + max(e.cell for e in own), 1 + max(e.micro_batch for e in own)
-    result[pipeline] = (measured, timeline.TheoreticalBubble(num_micro, num_cells))
-    print('Profile of %s at step %d: pipeline %s (K=%d, M=%d): bubble measured %.3f, theoretical (K-1)/(M+K-1) '
-          '%.3f' % (p.model, step, pipeline, num_cells, num_micro, measured, result[pipeline][1]), file=out,
-          flush=True)
+    plan = plans[pipeline]
+    result[pipeline] = (measured, schedule_lib.Bubble(plan))
+    print('Profile of %s at step %d: pipeline %s (%s, %d cells on %d devices, M=%d): bubble measured %.3f, '
+          'theoretical %.3f' % (p.model, step, pipeline, plan.schedule, plan.num_cells, plan.num_devices,
+                                plan.num_micro_batches, measured, result[pipeline][1]), file=out, flush=True)
   print('Step %.3f s (median of %d, recording included). Wrote %s and %s (chrome://tracing, ui.perfetto.dev).' % (
       statistics.median(seconds), steps, png, trace), file=out, flush=True)
   return result
