@@ -57,11 +57,12 @@ def test_replicas_give_the_update_of_one_replica_on_the_whole_batch(num_replicas
   _AssertSameUpdate(_Gradients(one, batch, one_mesh), _Gradients(many, batch, many_mesh))
 
 
-def test_replicas_under_one_f_one_b_give_the_plain_update():
-  """2 replicas x 2 cells, the loss inside each replica's pipeline: the update of one plain replica (gpipe, one
-  micro-batch, one cell) on the whole batch."""
+@pytest.mark.parametrize('override', ['schedule="1f1b"', 'schedule="interleaved_1f1b"\ntask.network.virtual_stages=2'])
+def test_replicas_under_the_loss_inside_schedules_give_the_plain_update(override):
+  """2 replicas x 2 devices (x 2 cells each, interleaved), the loss inside each replica's pipeline: the update of
+  one plain replica (gpipe, one micro-batch, one cell) on the whole batch."""
   one, batch, one_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 1, 1, 1)
-  many, _, many_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 2, 2, 4, 'task.network.schedule="1f1b"')
+  many, _, many_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 2, 2, 4, 'task.network.' + override)
   _AssertSameUpdate(_Gradients(one, batch, one_mesh), _Gradients(many, batch, many_mesh))
 
 
