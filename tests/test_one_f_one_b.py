@@ -135,6 +135,8 @@ def test_the_measured_timeline_follows_the_plan(schedule_name, v):
 def test_virtual_stages_errors_name_the_fix():
   with pytest.raises(errors.ConfigError, match="virtual_stages=2 needs schedule='interleaved_1f1b'"):
     util.Pair(util.Tanh(4), num_splits=2, virtual_stages=2)
+  with pytest.raises(errors.ConfigError, match='virtual_stages must be >= 1'):
+    util.Pair(util.Tanh(4), num_splits=2, schedule='interleaved_1f1b', virtual_stages=0)
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
   cells = [linear.ProjectionLayer.Params().Set(name='c%d' % i, input_dim=8, output_dim=8) for i in range(3)]
   with pytest.raises(errors.ConfigError, match='3 cells in cell_tpl cannot be spread as virtual_stages=2'):

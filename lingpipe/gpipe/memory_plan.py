@@ -19,8 +19,9 @@ one device: the busiest device stretched by the schedule's bubble (schedule.Bubb
 Stash and in-flight micro-batches come from walking the schedule's Plan, so every schedule is planned alike.
 Assumptions: activations are the layer outputs FPropMeta gives (a layer's internal temporaries beyond its output
 are not counted), micro-batches cost their share of the flops (small micro-batches are slower on real hardware;
-measure with tools/pipeline_benchmark.py), transfers are free (they are not: interleaved 1F1B doubles them, and
-across two pinned CPU processes here it was slower than GPipe for a dense stack; see the benchmark).
+measure with tools/pipeline_benchmark.py), transfers are free (they are not: interleaved 1F1B makes vK-1
+hand-offs per micro-batch and pass instead of K-1, and across two pinned CPU processes here it was slower than
+GPipe; see the README).
 
 `tools/plan_pipeline.py` prints the table for a registered model and recommends the fastest configuration that
 fits; tools/pipeline_benchmark.py's remat section prints the prediction beside the measured peak.

@@ -97,7 +97,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     if p.num_micro_batches < 1 or p.micro_batch_size < 0:
       raise errors.ConfigError('Layer %s: num_micro_batches must be >= 1 and micro_batch_size >= 0, got %d and %d.'
                                % (self.path, p.num_micro_batches, p.micro_batch_size))
-    if p.virtual_stages < 1 or (p.virtual_stages > 1 and p.schedule != 'interleaved_1f1b'):
+    if p.virtual_stages < 1:
+      raise errors.ConfigError('Layer %s: virtual_stages must be >= 1 (cells per device), got %d.' % (
+          self.path, p.virtual_stages))
+    if p.virtual_stages > 1 and p.schedule != 'interleaved_1f1b':
       raise errors.ConfigError("Layer %s: virtual_stages=%d needs schedule='interleaved_1f1b' (got %r); the other "
                                'schedules run one cell per device (virtual_stages=1).' % (
                                    self.path, p.virtual_stages, p.schedule))
@@ -363,7 +366,7 @@ class PipeliningLayer(base_layer.BaseLayer):
       outputs = microbatch.MergeStacked(result.outputs, p.batch_dim, pad_rows)
     return outputs, NestedMap(plan=plan, kept=result.kept, params=params, pad_rows=pad_rows, padding=padding)
 
-  # -- what a step driven by the executor needs (here and loss_step.py; also Replica, ReplicaDevices, NumMicroBatches)
+  # -- what a step driven by the executor needs (here, loss_step.py; also Replica, ReplicaDevices, NumMicroBatches)
   def ApplyBatchNormMoments(self, merged):
     """Hands the moments of all micro-batches ({layer path: moments.Moments}) to the task's collector, which
     moves the averages once per step (and once for all replicas); a pipeline run on its own moves them here."""

@@ -138,9 +138,9 @@ def MakePlan(schedule, num_micro_batches, num_cells, remat=None, num_devices=Non
   elif num_devices != num_cells:
     raise errors.ConfigError('Schedule %r runs one cell per device, got %d cells on %d devices; more cells than '
                              'devices need schedule=\'interleaved_1f1b\'.' % (schedule, num_cells, num_devices))
-  elif schedule == '1f1b' and remat is not None:  # Evaluation: the forward pass of fill-drain.
+  elif schedule == '1f1b' and remat is not None:
     plan = _OneFOneB(num_micro_batches, num_cells, remat)
-  else:
+  else:  # GPipe; and 1F1B's evaluation, a forward pass in fill-drain's order.
     plan = _FillDrain(num_micro_batches, num_cells, remat)
   Check(plan)
   return plan
@@ -211,8 +211,9 @@ def _Interleaved(num_micro, num_cells, num_devices, remat):
   its forwards in groups of K micro-batches: the group through its first cell (d), then through its second
   (d + K), ...; its backwards likewise, last cell first; after (K-1-d) + (v-1)K warm-up forwards it alternates
   one forward and one backward, as 1F1B does. The fill and drain are v times shorter, so with M a multiple of K
-  the bubble is (K-1)/(vM+K-1) instead of (K-1)/(M+K-1), for v times the hand-offs. M=4, K=2, v=2 (cells 0
-  and 2 on device 0, cells 1 and 3 on device 1; Fm:c is the forward of micro-batch m through cell c):
+  the bubble is (K-1)/(vM+K-1) instead of (K-1)/(M+K-1), for vK-1 hand-offs per micro-batch and pass (not
+  K-1). M=4, K=2, v=2 (cells 0 and 2 on device 0, cells 1 and 3 on device 1; Fm:c is the forward of micro-batch m
+  through cell c):
 
       tick    0     1     2     3     4     5     6     7     8     9     10    11    12    13    14    15    16
       dev 0   F0:0  F1:0  F0:2  F1:2  .     B0:2  F2:0  B1:2  F3:0  B0:0  F2:2  B1:0  F3:2  B2:2  .     B3:2  B2:0 ..
