@@ -27,6 +27,7 @@ GPipe; see the README).
 fits; tools/pipeline_benchmark.py's remat section prints the prediction beside the measured peak.
 """
 
+import functools
 from typing import List, NamedTuple, Tuple
 
 import tensorflow as tf
@@ -81,6 +82,10 @@ class Candidate(NamedTuple):
   def peak(self):
     """The largest device's peak: what must fit in one device's memory."""
     return max(c.peak for c in self.cells)
+
+
+# The planner asks for the plan of one configuration three times (memory, speed-up, bubble): build it once.
+_Plan = functools.lru_cache(maxsize=256)(schedule_lib.MakePlan)
 
 
 def Bytes(shapes, dtype_size):
@@ -139,7 +144,7 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
   its peak comes from walking its actions in the schedule's Plan: each forward adds what it keeps for its micro-
   batch, each backward frees it. 'gpipe' keeps all M micro-batches; '1f1b' min(K-k, M) on cell k, but its gradient
   sums exist while forwards still run."""
-  plan = schedule_lib.MakePlan(schedule, num_micro, len(counts), remat, num_devices)
+  plan = _Plan(schedule, num_micro, len(counts), remat, num_devices)
   bounds = [0]
   for c in counts:
     bounds.append(bounds[-1] + c)
@@ -187,7 +192,7 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
 def PredictedSpeedup(layers, counts, num_micro, remat, schedule='gpipe', num_devices=None):
   """Plain model's step over the pipeline's, from flops (see the module docstring): the busiest device's work
   stretched by the schedule's bubble (schedule.Bubble)."""
-  plan = schedule_lib.MakePlan(schedule, num_micro, len(counts), remat, num_devices)
+  plan = _Plan(schedule, num_micro, len(counts), remat, num_devices)
   bounds, times = [0], [0.0] * plan.num_devices
   for c in counts:
     bounds.append(bounds[-1] + c)
@@ -227,7 +232,7 @@ def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batche
             continue
           for remat in remats:
             cells = CellMemories(layers, counts, m, remat, slots, dtype_size, schedule, k)
-            plan = schedule_lib.MakePlan(schedule, m, num_cells, remat, k)
+            plan = _Plan(schedule, m, num_cells, remat, k)
             candidates.append(Candidate(schedule, remat, k, m, tuple(counts), tuple(cells), schedule_lib.Bubble(plan),
                                         PredictedSpeedup(layers, counts, m, remat, schedule, k), v))
   return candidates

@@ -198,14 +198,11 @@ def _OneFOneB(num_micro, num_cells, remat):
   (Ticks order the building of the graph; each device then runs its actions in this order as soon as their inputs
   exist, a backward taking about twice a forward's time.)
   """
-  orders = []
-  for k in range(num_cells):
-    forwards, backwards = [(FORWARD, m, k) for m in range(num_micro)], [(BACKWARD, m, k) for m in range(num_micro)]
-    orders.append(_OneForwardOneBackward(forwards, backwards, min(num_cells - 1 - k, num_micro)))
-  return _ListTicks('1f1b', orders, num_micro, num_cells, remat)
+  # It is interleaved 1F1B with one cell per device: K-1-k warm-up forwards, then micro-batches in order.
+  return _Interleaved(num_micro, num_cells, num_cells, remat, '1f1b')
 
 
-def _Interleaved(num_micro, num_cells, num_devices, remat):
+def _Interleaved(num_micro, num_cells, num_devices, remat, name='interleaved_1f1b'):
   """Interleaved 1F1B (Narayanan et al. 2021): v = C/K cells per device, cell c on device c mod K, so each device
   holds v thin stages spread along the pipeline, and a micro-batch crosses the K devices v times. Device d runs
   its forwards in groups of K micro-batches: the group through its first cell (d), then through its second
@@ -238,7 +235,7 @@ def _Interleaved(num_micro, num_cells, num_devices, remat):
     backwards = [(BACKWARD, m, c) for g in groups for c in reversed(chunks) for m in g]
     warm = min(num_devices - 1 - d + (virtual - 1) * num_devices, len(forwards))
     orders.append(_OneForwardOneBackward(forwards, backwards, warm))
-  return _ListTicks('interleaved_1f1b', orders, num_micro, num_cells, remat)
+  return _ListTicks(name, orders, num_micro, num_cells, remat)
 
 
 def _OneForwardOneBackward(forwards, backwards, warm):
@@ -247,6 +244,14 @@ def _OneForwardOneBackward(forwards, backwards, warm):
   for i in range(len(forwards) - warm):
     order += [forwards[warm + i], backwards[i]]
   return order + backwards[len(forwards) - warm:]
+
+
+def _Needs(kind, micro_batch, cell, num_cells):
+  """The compute actions (kind, micro-batch, cell) whose results the action reads: a forward, the previous
+  cell's forward; a backward, its own forward and the next cell's backward."""
+  if kind == FORWARD:
+    return [(FORWARD, micro_batch, cell - 1)] if cell > 0 else []
+  return [(FORWARD, micro_batch, cell)] + ([(BACKWARD, micro_batch, cell + 1)] if cell + 1 < num_cells else [])
 
 
 def _ListTicks(name, orders, num_micro, num_cells, remat):
@@ -260,11 +265,7 @@ def _ListTicks(name, orders, num_micro, num_cells, remat):
       if position[d] == len(orders[d]):
         continue
       kind, m, k = orders[d][position[d]]
-      if kind == FORWARD:
-        needs = [(FORWARD, m, k - 1)] if k > 0 else []
-      else:
-        needs = [(FORWARD, m, k)] + ([(BACKWARD, m, k + 1)] if k + 1 < num_cells else [])
-      if any(done.get(n, t) >= t for n in needs):
+      if any(done.get(n, t) >= t for n in _Needs(kind, m, k, num_cells)):
         continue
       position[d] += 1
       done[(kind, m, k)] = t
@@ -379,11 +380,8 @@ def Simulate(plan, backward_cost=2.0):
         if a.kind == SEND:
           continue
         m, k = a.micro_batch, a.cell
-        if a.kind == FORWARD:
-          needs, cost = [(FORWARD, m, k - 1)], 1.0
-        else:
-          needs, cost = [(FORWARD, m, k), (BACKWARD, m, k + 1)], backward_cost
-        start = max([free[a.device]] + [end[n] for n in needs if n in end])
+        cost = 1.0 if a.kind == FORWARD else backward_cost
+        start = max([free[a.device]] + [end[n] for n in _Needs(a.kind, m, k, plan.num_cells)])
         end[(a.kind, m, k)] = free[a.device] = start + cost
         busy[a.device] += cost
     now = max(free)
