@@ -211,6 +211,23 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
     self._var_names.append(name)
     return var
 
+  def AdoptVariable(self, name, var):
+    """Tracks `var`, a tf.Variable another library made (a Keras layer's), as `self.<name>`: it is then one of this
+    layer's variables for checkpoints, `trainable_variables` and VariablesAs."""
+    self._CheckBuilding('Variable', name)
+    if not isinstance(var, tf.Variable):
+      raise errors.ConfigError('Layer %s: AdoptVariable(%r) needs a tf.Variable, got %s.' % (
+          self.path, name, type(var).__name__))
+    tf.Module.__setattr__(self, name, var)
+    self._var_names.append(name)
+    return var
+
+  def MovingStatsTargets(self):
+    """What this layer's forward reports batch-norm moments for, to a context.BatchNormStats collector: objects
+    with a `path`, `moving_mean` and `UpdateMovingStats(mean, variance)`. A batch norm layer is its own target;
+    layers wrapping another library's batch norm give theirs."""
+    return [self] if hasattr(self, 'UpdateMovingStats') else []
+
   def __setattr__(self, name, value):
     if not name.startswith('_') and _HoldsLayerOrVariable(value):
       raise errors.ConfigError('Layer %s: assign children with CreateChild/CreateChildren and variables with '

@@ -58,6 +58,14 @@ def DisableFunctionSpecialization():
   tf.config.optimizer.set_experimental_options({'function_optimization': False})
 
 
+def _SeedGraph():
+  """The graph of the step seed a cell's function captures (context.StepSeed), or None. A traced function keeps
+  what it captured: called from another graph (Keras traces a second step function for a smaller last batch) it
+  would read a tensor of the first, so each graph gets its own cell functions."""
+  seed = context.StepSeedValue()
+  return id(seed.graph) if isinstance(seed, tf.Tensor) and tf.is_symbolic_tensor(seed) else None
+
+
 class PipeliningLayer(base_layer.BaseLayer):
   """See the module docstring. Building one calls DisableFunctionSpecialization() (a process-wide setting)."""
 
@@ -269,7 +277,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     """A tf.function running cell k of replica r on its device: (inputs, micro-batch index, parameter values) ->
     (outputs, batch-norm moments {layer path: moments.Moments}), and with `stamped` its start and end times
     (timeline.Stamped). One per `padding` (see _Body), which the trace bakes in."""
-    key = ('forward', k, r, training, padding, stamped)
+    key = ('forward', k, r, training, padding, stamped, _SeedGraph())
     if key not in self._cell_fns:
 
       def Cell(inputs, micro_batch_index, params):
@@ -291,7 +299,7 @@ class PipeliningLayer(base_layer.BaseLayer):
   def _BackwardFn(self, k, r, padding=None, stamped=False):
     """Cell k's re-computing backward task in replica r (remat.AccumulatingBackward), traced once per `padding`
     and called per micro-batch."""
-    key = ('backward', k, r, padding, stamped)
+    key = ('backward', k, r, padding, stamped, _SeedGraph())
     if key not in self._cell_fns:
       # Re-computation must not move batch-norm averages again: its moments are discarded.
       fn = lambda a, index, params: self._Body(k, r, True, a, index, params, context.BatchNormStats(discard=True),
@@ -373,7 +381,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     collector = context.CurrentBatchNormStats()
     own = collector is None
     collector = collector or context.BatchNormStats()
-    layers_by_path = {layer.path: layer for layer in self.Walk()}
+    layers_by_path = {target.path: target for layer in self.Walk() for target in layer.MovingStatsTargets()}
     for path, part in merged.items():
       collector.Add(layers_by_path[path], part)
     if own:

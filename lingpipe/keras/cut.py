@@ -1,0 +1,125 @@
+"""Cutting a Keras model into a flat list of units that a pipeline can cut into cells.
+
+- A list of Keras layers, or a `keras.Sequential`: each layer is a unit.
+- A functional `keras.Model`: the model is cut where its graph narrows to one tensor (any layer whose output is
+  the only tensor that later layers read), or, with `cut_at`, only at the named layers; an entry of `cut_at` may
+  also be a list of layer names, whose outputs then cross the boundary together as a dict (a NestedMap in the
+  pipeline). Each unit is the functional sub-model between two cuts, sharing the model's layers.
+"""
+
+import warnings
+
+import keras
+from keras.src.ops import function as keras_function
+
+from lingpipe.core import errors
+
+
+def _Layers(model):
+  """The layers of a Sequential (its InputLayer left out)."""
+  return [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+
+
+def IsFunctional(model):
+  return isinstance(model, keras.Model) and not isinstance(model, keras.Sequential) and hasattr(
+      model, '_operations') and hasattr(model, 'inputs') and model.inputs is not None
+
+
+def Units(model, cut_at=None):
+  """[(unit, input shape or None)]: a Keras layer per unit and, where the model knows it, the shape it takes."""
+  if isinstance(model, (list, tuple)):
+    if not model or not all(isinstance(layer, keras.layers.Layer) for layer in model):
+      raise errors.ConfigError('lingpipe.keras.Pipeline: a list of layers must be a non-empty list of Keras '
+                               'layers, got %r.' % (model,))
+    if cut_at:
+      raise errors.ConfigError('lingpipe.keras.Pipeline: cut_at applies to a functional model; a list of layers '
+                               'is cut between any two layers.')
+    return [(layer, None) for layer in model]
+  if isinstance(model, keras.Sequential):
+    if cut_at:
+      raise errors.ConfigError('lingpipe.keras.Pipeline: cut_at applies to a functional model; a Sequential is '
+                               'cut between any two layers.')
+    layers = _Layers(model)
+    if not layers:
+      raise errors.ConfigError('lingpipe.keras.Pipeline: Sequential %r has no layers.' % model.name)
+    shape = model.inputs[0].shape if model.built and getattr(model, 'inputs', None) else None
+    units = []
+    for layer in layers:
+      units.append((layer, shape))
+      shape = layer.compute_output_shape(shape) if shape is not None else None
+    return units
+  if IsFunctional(model):
+    return _FunctionalUnits(model, cut_at)
+  raise errors.ConfigError('lingpipe.keras.Pipeline takes a list of Keras layers, a keras.Sequential or a '
+                           'functional keras.Model, got %s. A subclassed keras.Model has no graph to cut: list '
+                           'its layers instead.' % type(model).__name__)
+
+
+def _OwnNodes(model, op):
+  """The calls of `op` that belong to `model`'s graph (making sub-models of a graph adds calls to its layers)."""
+  return [node for i, node in enumerate(op._inbound_nodes)  # pylint: disable=protected-access
+          if keras_function.make_node_key(op, i) in model._nodes]  # pylint: disable=protected-access
+
+
+def NarrowPoints(model):
+  """Names of the layers of functional `model` after which only their one output tensor is still needed."""
+  operations = [op for op in model.operations if not isinstance(op, keras.layers.InputLayer)]
+  nodes = [_OwnNodes(model, op) for op in operations]
+  consumers = {}  # id(tensor) -> index of the last operation reading it
+  for i, op_nodes in enumerate(nodes):
+    for node in op_nodes:
+      for t in node.input_tensors:
+        consumers[id(t)] = max(consumers.get(id(t), -1), i)
+  outputs = {id(t) for t in model.outputs}
+  produced = [id(t) for t in model.inputs]
+  points = []
+  for i, op in enumerate(operations[:-1]):
+    own = [id(t) for node in nodes[i] for t in node.output_tensors]
+    produced += own
+    live = {t for t in produced if consumers.get(t, -1) > i or t in outputs}
+    if len(nodes[i]) == 1 and len(own) == 1 and live == set(own):
+      points.append(op.name)
+  return points
+
+
+def _Output(model, name):
+  try:
+    layer = model.get_layer(name)
+  except ValueError as e:
+    raise errors.ConfigError('lingpipe.keras.Pipeline: cut_at names layer %r, which model %r does not have.%s' % (
+        name, model.name, errors.DidYouMean(name, [l.name for l in model.layers]))) from e
+  nodes = _OwnNodes(model, layer)
+  if len(nodes) != 1 or len(nodes[0].output_tensors) != 1:
+    raise errors.ConfigError('lingpipe.keras.Pipeline: cannot cut at layer %r: it is called %d times in the model '
+                             '(a shared layer) or has several outputs; cut at a layer called once with one output.'
+                             % (name, len(nodes)))
+  return nodes[0].output_tensors[0]
+
+
+def _FunctionalUnits(model, cut_at):
+  narrow = NarrowPoints(model)
+  if cut_at is None:
+    cut_at = narrow
+  boundaries = []
+  for entry in cut_at:
+    if isinstance(entry, (list, tuple)):
+      boundaries.append({name: _Output(model, name) for name in entry})
+    else:
+      boundaries.append(_Output(model, entry))
+  inputs = model.input if not isinstance(model.input, list) else {t.name: t for t in model.inputs}
+  units, start = [], inputs
+  for i, end in enumerate(boundaries + [model.output]):
+    try:
+      with warnings.catch_warnings():  # Keras asks dict keys to match tensor names; ours are the layers' names.
+        warnings.filterwarnings('ignore', message='When providing `inputs` as a dict')
+        unit = keras.Model(inputs=start, outputs=end, name='%s_part_%d' % (model.name, i))
+    except ValueError as e:
+      raise errors.ConfigError(
+          'lingpipe.keras.Pipeline: model %r does not narrow to %s: later layers read other tensors too (%s). '
+          'Cut where one tensor (or the dict of tensors you list) carries everything forward; the model narrows '
+          'after: %s.' % (model.name, cut_at[i - 1] if i else 'its inputs', str(e).splitlines()[0],
+                          ', '.join(narrow) or 'no layer')) from e
+    shape = {k: t.shape for k, t in start.items()} if isinstance(start, dict) else start.shape
+    units.append((unit, shape))
+    start = end
+  return units

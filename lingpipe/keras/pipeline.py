@@ -1,0 +1,202 @@
+"""lingpipe.keras.Pipeline: a Keras model run as a GPipe pipeline, that compiles, fits, evaluates and predicts.
+
+    model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(1024, 'relu'), ..., keras.layers.Dense(10)])
+    pipelined = lingpipe.keras.Pipeline(model, num_splits=2, num_micro_batches=4, remat='always')
+    pipelined.compile(optimizer='sgd', loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    pipelined.fit(x, y, batch_size=256, epochs=3)
+
+The layers (a list, a Sequential, or a functional model cut where its graph narrows, cut.py) become the units of
+one PipeliningLayer: each wrapped as a KerasLayer (keras_layer.py) that runs it statelessly with its weights as
+values, so lingpipe's one executor runs them, with every schedule and remat policy, cell k's variables on device
+k. The result is a keras.Model: Keras's fit loop, optimizers, losses, metrics and callbacks work unchanged, and
+its gradients are those of the plain model (the pipeline's custom gradient).
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from lingpipe.core import context
+from lingpipe.core import errors
+from lingpipe.gpipe import pipelining_layer
+from lingpipe.keras import cut
+from lingpipe.keras import keras_layer
+
+
+class _Held:
+  """Holds the lingpipe layer out of Keras's attribute tracking (its variables are the Keras layers' own)."""
+
+  def __init__(self, value):
+    self.value = value
+
+
+class Pipeline(keras.Model):
+  """See the module docstring. Arguments after `model` are PipeliningLayer's params of the same names, and:
+
+  cut_at: for a functional model, the layers to cut after (cut.py); default: wherever the graph narrows.
+  input_shape: the shape of a batch, for layers that are not built yet.
+  batch_size: the largest batch; batches whose size Keras leaves open when it traces (after a smaller last batch,
+    or from a dataset batched without drop_remainder) are padded to it. Default: the first static batch size.
+  """
+
+  def __init__(self, model, num_splits=1, num_micro_batches=1, remat='always', schedule='gpipe', virtual_stages=1,
+               balance='uniform', devices=None, cut_at=None, input_shape=None, batch_size=None, name=None,
+               **kwargs):
+    super().__init__(name=name or 'pipeline', **kwargs)
+    if schedule != 'gpipe':
+      raise errors.ConfigError(
+          'lingpipe.keras.Pipeline: schedule %r computes the loss inside the pipeline, which Keras\'s fit loop does '
+          "not do yet; use schedule='gpipe'." % schedule)
+    units = cut.Units(model, cut_at)
+    if input_shape is None and isinstance(model, keras.Model) and getattr(model, 'inputs', None):
+      input_shape = units[0][1]
+    if input_shape is not None and units[0][1] is None:
+      units[0] = (units[0][0], input_shape)
+    self._config = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
+                        schedule=schedule, virtual_stages=virtual_stages, balance=balance, devices=devices)
+    shapes = _Shapes(units)
+    params = pipelining_layer.PipeliningLayer.Params().Set(
+        name=self.name, num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
+        schedule=schedule, virtual_stages=virtual_stages, balance=balance, devices=devices,
+        input_shapes=_ParamsShape(shapes[0]) if shapes[0] is not None else None,
+        layers=[keras_layer.KerasLayer.Params().Set(keras_layer=keras_layer.KerasRef(unit),
+                                                    input_shape=_ParamsShape(shape) if shape is not None else None)
+                for (unit, _), shape in zip(units, shapes)])
+    self._pipeline = _Held(params.Instantiate())
+    self._batch_size = batch_size  # Set by the first batch of static size when not given.
+    self._has_batch_norm = any(layer.MovingStatsTargets() for layer in self.pipeline.Walk())
+    # Tracked by Keras: the units (copies on their devices where the given ones lived elsewhere) and their weights.
+    self.units = [unit.keras_layer for unit in self.pipeline.units]
+    # Training calls so far: the step seed of dropout. Not a Keras weight, so that get_weights() lists the units'
+    # weights in the given model's order (plain.set_weights(pipelined.get_weights()) works).
+    self._seed_step = _Held(tf.Variable(0, dtype=tf.int64, trainable=False, name='seed_step'))
+    self._eager_forward = _Held(None)
+
+  @property
+  def pipeline(self):
+    """The PipeliningLayer that runs the units."""
+    return self._pipeline.value
+
+  def cells(self):
+    """Per cell: (device, [names of its Keras layers])."""
+    p = self.pipeline
+    return [(p.devices[k], [layer.keras_layer.name for layer in p.CellLayers(k)]) for k in range(p.num_cells)]
+
+  def call(self, inputs, training=False):
+    training = bool(training)
+    inputs = keras_layer.ToLingpipe(_Tensors(inputs))
+    rows = tf.nest.flatten(inputs)[0].shape[0]
+    if rows is not None and self._batch_size is None:
+      self._batch_size = rows
+    real_rows = None
+    if rows is None:  # Micro-batching needs a static batch: pad to the batch size, drop the pad rows after.
+      inputs, real_rows = self._PadToBatchSize(inputs, training)
+    seed_step = self._seed_step.value
+    seed = tf.convert_to_tensor(seed_step)
+    if tf.executing_eagerly():
+      # The cells' traced functions would capture an eager step seed as a constant (the same masks every step);
+      # called from a function, they take it as an input, as in fit.
+      if self._eager_forward.value is None:
+        self._eager_forward.value = tf.function(self._Forward, autograph=False)
+      outputs = self._eager_forward.value(inputs, seed, training)
+    else:
+      outputs = self._Forward(inputs, seed, training)
+    if training:  # Each training step draws new dropout masks (its re-computations draw the same ones).
+      seed_step.assign_add(1)
+    if real_rows is not None:
+      outputs = tf.nest.map_structure(lambda t: t[:real_rows], outputs)
+    return keras_layer.ToKeras(outputs)
+
+  def _Forward(self, inputs, seed, training):
+    with context.Training(training), context.StepSeed(seed if training else None):
+      return self.pipeline.FProp(inputs)
+
+  def _PadToBatchSize(self, inputs, training):
+    """Keras traces its step functions with the batch dimension open once it has seen two batch sizes (the last
+    batch of an epoch is often smaller), and from the start for a dataset batched without drop_remainder."""
+    size = self._batch_size
+    if size is None:
+      raise errors.ConfigError(
+          'lingpipe.keras.Pipeline %r: the batch size is unknown (a dataset batched without drop_remainder?), and '
+          'micro-batching needs it. Pass batch_size= to Pipeline, or batch with drop_remainder=True.' % self.name)
+    if training and self._has_batch_norm:
+      raise errors.ConfigError(
+          'lingpipe.keras.Pipeline %r: a training batch of open size (Keras does this after a smaller last batch) '
+          'would be padded, and BatchNormalization would count the pad rows. Train on batches of one size: a '
+          'batch size that divides the data, or a dataset batched with drop_remainder=True.' % self.name)
+    real_rows = tf.shape(tf.nest.flatten(inputs)[0])[0]
+    check = tf.debugging.assert_less_equal(real_rows, size, message=(
+        'lingpipe.keras.Pipeline %r: a batch is larger than batch_size %d; pass a larger batch_size.' % (
+            self.name, size)))
+    with tf.control_dependencies([check]):
+      padded = tf.nest.map_structure(lambda t: tf.ensure_shape(
+          tf.pad(t, [[0, size - real_rows]] + [[0, 0]] * (t.shape.rank - 1)), [size] + t.shape[1:].as_list()),
+                                     inputs)
+    return padded, real_rows
+
+  def compute_output_spec(self, inputs, training=False):
+    spec = inputs
+    for unit in self.units:
+      spec = unit.compute_output_spec(spec)
+    return spec
+
+  # Keras leaves the batch dimension open when the data do not divide into batches: the batch size comes from
+  # the batch_size argument then (Keras's default, 32, for arrays).
+  def fit(self, x=None, y=None, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
+    self._NoteBatchSize(batch_size, x)
+    return super().fit(x, y, batch_size, *args, **kwargs)
+
+  def evaluate(self, x=None, y=None, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
+    self._NoteBatchSize(batch_size, x)
+    return super().evaluate(x, y, batch_size, *args, **kwargs)
+
+  def predict(self, x, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
+    self._NoteBatchSize(batch_size, x)
+    return super().predict(x, batch_size, *args, **kwargs)
+
+  def _NoteBatchSize(self, batch_size, x):
+    if batch_size is None:
+      if x is None or not isinstance(tf.nest.flatten(x)[0], (np.ndarray, tf.Tensor)):
+        return  # A dataset or generator batches itself.
+      batch_size = 32  # Keras's default for arrays.
+    if self._batch_size is None or batch_size > self._batch_size:
+      self._batch_size = batch_size
+      # Step functions traced for a smaller size would pad to it: trace them again.
+      self.train_function = self.test_function = self.predict_function = None
+
+  def compile(self, *args, jit_compile=False, **kwargs):  # pylint: disable=arguments-differ
+    if jit_compile and jit_compile != 'auto':
+      raise errors.ConfigError('lingpipe.keras.Pipeline: jit_compile=True cannot compile one XLA cluster across '
+                               'the pipeline\'s devices; leave it False.')
+    super().compile(*args, jit_compile=False, **kwargs)
+
+
+def _Tensors(inputs):
+  return tf.nest.map_structure(tf.convert_to_tensor, inputs)
+
+
+def _Shapes(units):
+  """Each unit's input shape, following the known ones through compute_output_shape."""
+  shapes, shape = [], None
+  for unit, given in units:
+    shape = given if given is not None else shape
+    shapes.append(shape)
+    if shape is not None:
+      try:
+        spec = unit.compute_output_spec(_KerasSpec(shape))
+        shape = tf.nest.map_structure(lambda s: tuple(s.shape), spec)
+      except Exception:  # pylint: disable=broad-except
+        shape = None  # The unit will be built by its first call.
+  return shapes
+
+
+def _KerasSpec(shape):
+  if isinstance(shape, dict):
+    return {k: _KerasSpec(v) for k, v in shape.items()}
+  return keras.KerasTensor(tuple(shape))
+
+
+def _ParamsShape(shape):
+  if isinstance(shape, dict):
+    return {k: list(v) for k, v in shape.items()}
+  return list(shape)

@@ -1,0 +1,195 @@
+"""lingpipe.keras: Keras models as pipelines, transparent against the plain Keras model."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras
+from lingpipe.core import errors
+import lingpipe.keras as lk
+
+_LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _Data(rows=24, shape=(8,), classes=3, seed=0):
+  rng = np.random.RandomState(seed)
+  return rng.normal(size=(rows,) + shape).astype('float32'), rng.randint(0, classes, rows)
+
+
+def _Mlp(seed, dropout=0.0):
+  keras.utils.set_random_seed(seed)
+  layers = [keras.Input((8,)), keras.layers.Dense(16, activation='relu'), keras.layers.LayerNormalization(),
+            keras.layers.Dense(16, activation='tanh')]
+  if dropout:
+    layers.append(keras.layers.Dropout(dropout, seed=5))
+  layers += [keras.layers.Dense(12, activation='relu'), keras.layers.Dense(3)]
+  return keras.Sequential(layers)
+
+
+def _Transformer(seed):
+  """A functional model with residual branches: it narrows only between blocks."""
+  keras.utils.set_random_seed(seed)
+  x = inputs = keras.Input((6, 8))
+  for i in range(2):
+    attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=4, name='attention_%d' % i)(x, x)
+    x = keras.layers.LayerNormalization(name='norm_a%d' % i)(keras.layers.Add()([x, attended]))
+    hidden = keras.layers.Dense(16, activation='relu')(x)
+    x = keras.layers.LayerNormalization(name='norm_f%d' % i)(keras.layers.Add()([x, keras.layers.Dense(8)(hidden)]))
+  pooled = keras.layers.GlobalAveragePooling1D()(x)
+  return keras.Model(inputs, keras.layers.Dense(3, name='logits')(pooled))
+
+
+def _LossAndGrads(model, x, y, training=True):
+  with tf.GradientTape() as tape:
+    loss = _LOSS(y, model(x, training=training))
+  return float(loss), tape.gradient(loss, model.trainable_variables)
+
+
+def _AssertGradsClose(expected, actual):
+  """rtol 1e-5, atol 1e-6 of the largest gradient anywhere (a gradient that is zero in exact arithmetic, like an
+  attention key's bias, is float32 noise of that size)."""
+  assert len(expected) == len(actual)
+  largest = max(np.abs(np.asarray(e)).max() for e in expected)
+  for e, a in zip(expected, actual):
+    e, a = np.asarray(e), np.asarray(a)
+    assert e.shape == a.shape
+    np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6 * largest)
+
+
+@pytest.mark.parametrize('k,m,remat', [(1, 1, 'always'), (2, 4, 'always'), (2, 3, 'never'), (4, 8, 'except_last'),
+                                       (3, 2, 'always'), (4, 1, 'never')])
+def test_a_pipelined_sequential_has_the_plain_models_loss_and_gradients(k, m, remat):
+  plain = _Mlp(seed=k * 10 + m)
+  pipelined = lk.Pipeline(plain, num_splits=k, num_micro_batches=m, remat=remat)
+  x, y = _Data()
+  loss, grads = _LossAndGrads(plain, x, y)
+  pipelined_loss, pipelined_grads = _LossAndGrads(pipelined, x, y)
+  assert pipelined_loss == pytest.approx(loss, rel=1e-5)
+  _AssertGradsClose(grads, pipelined_grads)
+
+
+@pytest.mark.parametrize('k,m,remat', [(2, 4, 'always'), (3, 2, 'never')])
+def test_a_functional_model_is_cut_where_it_narrows_and_stays_transparent(k, m, remat):
+  plain = _Transformer(seed=3)
+  narrow = lk.NarrowPoints(plain)
+  # Between blocks, not inside a residual branch.
+  assert 'norm_a0' in narrow and 'norm_f0' in narrow and 'attention_0' not in narrow
+  pipelined = lk.Pipeline(plain, num_splits=k, num_micro_batches=m, remat=remat)
+  x, y = _Data(rows=12, shape=(6, 8))
+  loss, grads = _LossAndGrads(plain, x, y)
+  pipelined_loss, pipelined_grads = _LossAndGrads(pipelined, x, y)
+  assert pipelined_loss == pytest.approx(loss, rel=1e-5)
+  _AssertGradsClose(grads, pipelined_grads)
+  np.testing.assert_allclose(pipelined.predict(x, batch_size=5, verbose=0), plain.predict(x, verbose=0),
+                             rtol=1e-5, atol=1e-6)  # The last batch of 2 rows is padded to M's multiple.
+
+
+def test_a_dict_of_tensors_crosses_a_cut_named_by_a_list_of_layers():
+  keras.utils.set_random_seed(4)
+  inputs = keras.Input((8,))
+  a = keras.layers.Dense(8, name='a')(inputs)
+  b = keras.layers.Dense(8, name='b')(inputs)
+  outputs = keras.layers.Dense(3)(keras.layers.Concatenate()([a, keras.layers.Multiply()([a, b])]))
+  plain = keras.Model(inputs, outputs, name='gated')
+  assert lk.NarrowPoints(plain) == ['concatenate']
+  pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=4, cut_at=[['a', 'b']])
+  assert [names for _, names in pipelined.cells()] == [['gated_part_0'], ['gated_part_1']]
+  x, y = _Data()
+  loss, grads = _LossAndGrads(plain, x, y)
+  pipelined_loss, pipelined_grads = _LossAndGrads(pipelined, x, y)
+  assert pipelined_loss == pytest.approx(loss, rel=1e-5)
+  _AssertGradsClose(grads, pipelined_grads)
+
+
+def test_each_cells_variables_live_on_its_device_and_the_given_model_is_left_alone():
+  plain = _Mlp(seed=1)
+  before = [w.copy() for w in plain.get_weights()]
+  pipelined = lk.Pipeline(plain, num_splits=4, num_micro_batches=2)
+  p = pipelined.pipeline
+  for k in range(4):
+    devices = {tf.DeviceSpec.from_string(v.value.device).device_index
+               for unit in p.CellLayers(k) for v in unit.keras_layer.variables}
+    assert devices == {tf.DeviceSpec.from_string(p.devices[k]).device_index} == {k}
+  pipelined.compile(optimizer=keras.optimizers.SGD(0.5), loss=_LOSS)
+  pipelined.fit(*_Data(), batch_size=8, epochs=1, verbose=0)
+  for b, w in zip(before, plain.get_weights()):
+    np.testing.assert_array_equal(b, w)
+
+
+def test_fit_gives_the_weights_plain_fit_gives():
+  x, y = _Data(rows=40)  # Batches of 16, 16 and 8 rows: Keras traces the last with the batch size left open.
+  plain = _Mlp(seed=7)
+  pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=4, remat='always')
+  for model in (plain, pipelined):
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_LOSS, metrics=['accuracy'])
+  history = plain.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+  pipelined_history = pipelined.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0,
+                                    validation_data=(x[:8], y[:8]))
+  assert pipelined_history.history['loss'][0] == pytest.approx(history.history['loss'][0], rel=1e-5)
+  assert 'val_accuracy' in pipelined_history.history
+  for w_plain, w_pipelined in zip(plain.get_weights(), pipelined.get_weights()):
+    np.testing.assert_allclose(w_pipelined, w_plain, rtol=1e-5, atol=1e-6)
+  assert pipelined.evaluate(x, y, batch_size=16, verbose=0) == pytest.approx(
+      plain.evaluate(x, y, batch_size=16, verbose=0), rel=1e-5)
+
+
+def test_batch_norm_normalizes_each_micro_batch_and_moves_its_averages_by_the_whole_batch():
+  keras.utils.set_random_seed(2)
+  plain = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.BatchNormalization(momentum=0.9),
+                            keras.layers.Dense(3)])
+  pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=4)
+  x, _ = _Data()
+  outputs = pipelined(x, training=True)
+  # Each micro-batch of 6 rows is normalized by its own moments, as GPipe does.
+  np.testing.assert_allclose(outputs, np.concatenate([plain(part, training=True) for part in np.split(x, 4)]),
+                             rtol=1e-5, atol=1e-5)
+  plain_bn = plain.layers[1]
+  plain_bn.moving_mean.assign(np.zeros(16, 'float32'))
+  plain_bn.moving_variance.assign(np.ones(16, 'float32'))
+  plain(x, training=True)  # The whole batch at once.
+  bn = pipelined.units[1]
+  np.testing.assert_allclose(bn.moving_mean.numpy(), plain_bn.moving_mean.numpy(), rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(bn.moving_variance.numpy(), plain_bn.moving_variance.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_dropout_masks_are_redrawn_exactly_by_the_recomputation_and_anew_each_step():
+  x, y = _Data()
+  plain = _Mlp(seed=5, dropout=0.5)
+  recomputing = lk.Pipeline(plain, num_splits=2, num_micro_batches=3, remat='always')
+  storing = lk.Pipeline(plain, num_splits=2, num_micro_batches=3, remat='never')
+  loss, grads = _LossAndGrads(storing, x, y)
+  recomputed_loss, recomputed_grads = _LossAndGrads(recomputing, x, y)
+  assert recomputed_loss == pytest.approx(loss, rel=1e-6)
+  _AssertGradsClose(grads, recomputed_grads)
+  assert _LossAndGrads(storing, x, y)[0] != loss  # The next step draws other masks.
+  assert _LossAndGrads(storing, x, y, training=False)[0] == pytest.approx(_LossAndGrads(plain, x, y, False)[0])
+
+
+class _Counter(keras.layers.Layer):
+  """Keeps a count in a non-trainable variable its forward assigns."""
+
+  def build(self, input_shape):
+    self.count = self.add_weight(shape=(), initializer='zeros', trainable=False, name='count')
+
+  def call(self, x):
+    self.count.assign_add(1.0)
+    return x
+
+
+def test_what_cannot_be_pipelined_is_a_clear_error():
+  plain = _Transformer(seed=1)
+  with pytest.raises(errors.ConfigError, match=r"does not narrow to attention_0.*narrows after: .*norm_a0"):
+    lk.Pipeline(plain, num_splits=2, cut_at=['attention_0'])
+  with pytest.raises(errors.ConfigError, match=r"cut_at names layer 'norm_a9'.*Did you mean: .*norm_a0"):
+    lk.Pipeline(plain, num_splits=2, cut_at=['norm_a9'])
+  with pytest.raises(errors.ConfigError, match='num_splits 3 is larger than the number of layers 2'):
+    lk.Pipeline([keras.layers.Dense(4), keras.layers.Dense(2)], num_splits=3, input_shape=(None, 3))
+  with pytest.raises(errors.ConfigError, match='is assigned by the forward pass'):
+    lk.Pipeline([keras.layers.Dense(4), _Counter()], num_splits=2, input_shape=(None, 3))(
+        np.ones((4, 3), 'float32'), training=True)
+  with pytest.raises(errors.ConfigError, match='not a multiple|divisible|divide'):
+    lk.Pipeline(_Mlp(seed=1), num_splits=2, num_micro_batches=5)(_Data()[0], training=True)
+  with pytest.raises(errors.ConfigError, match='functional keras.Model'):
+    lk.Pipeline(object(), num_splits=2)
+  with pytest.raises(errors.ConfigError, match="schedule '1f1b'"):
+    lk.Pipeline(_Mlp(seed=1), num_splits=2, schedule='1f1b')
