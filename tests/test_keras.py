@@ -82,6 +82,8 @@ def test_a_functional_model_is_cut_where_it_narrows_and_stays_transparent(k, m, 
   _AssertGradsClose(grads, pipelined_grads)
   np.testing.assert_allclose(pipelined.predict(x, batch_size=5, verbose=0), plain.predict(x, verbose=0),
                              rtol=1e-5, atol=1e-6)  # The last batch of 2 rows is padded to M's multiple.
+  for w_plain, w_pipelined in zip(plain.get_weights(), pipelined.get_weights()):  # Same order: set_weights works.
+    np.testing.assert_array_equal(w_pipelined, w_plain)
 
 
 def test_a_dict_of_tensors_crosses_a_cut_named_by_a_list_of_layers():
@@ -163,6 +165,14 @@ def test_dropout_masks_are_redrawn_exactly_by_the_recomputation_and_anew_each_st
   _AssertGradsClose(grads, recomputed_grads)
   assert _LossAndGrads(storing, x, y)[0] != loss  # The next step draws other masks.
   assert _LossAndGrads(storing, x, y, training=False)[0] == pytest.approx(_LossAndGrads(plain, x, y, False)[0])
+
+
+def test_fit_with_dropout_and_a_smaller_last_batch():
+  x, y = _Data(rows=40)  # Batches of 16, 16 and 8: Keras traces its step function twice.
+  pipelined = lk.Pipeline(_Mlp(seed=6, dropout=0.5), num_splits=2, num_micro_batches=4)
+  pipelined.compile(optimizer=keras.optimizers.SGD(0.1), loss=_LOSS)
+  history = pipelined.fit(x, y, batch_size=16, epochs=2, verbose=0)
+  assert np.all(np.isfinite(history.history['loss']))
 
 
 class _Counter(keras.layers.Layer):
