@@ -190,21 +190,19 @@ class KerasLayer(base_layer.BaseLayer):
       return
     rows = tf.shape(tf.nest.flatten(inputs)[0])[0]  # Equal-sized micro-batches: rows weigh each part right.
     collector = context.CurrentBatchNormStats()
-    updates = []
     for mean_i, variance_i, stats in self._batch_norms:
       scale = 1.0 - stats.momentum
       mean, variance = new_state[mean_i] / scale, new_state[variance_i] / scale
       if collector is None:  # Not in a pipeline or a task: the averages move now, as Keras would move them.
-        updates.append(stats.UpdateMovingStats(mean, variance))
+        stats.UpdateMovingStats(mean, variance)
       else:
         collector.Add(stats, moments.Moments.Of(mean, variance, rows))
-    return updates
 
   @classmethod
   def FPropMeta(cls, params, *input_shapes):
     layer = params.keras_layer.obj
     shape = input_shapes[0] if input_shapes else params.input_shape
-    spec = layer.compute_output_spec(_Spec(shape))
+    spec = layer.compute_output_spec(KerasSpec(shape))
     out = _Shapes(spec)
     return base_layer.Meta(out, _Flops(layer, shape, out))
 
@@ -241,9 +239,10 @@ def _BuildShape(shape):
   return tuple(tf.TensorShape(shape).as_list())
 
 
-def _Spec(shape):
+def KerasSpec(shape):
+  """Symbolic Keras inputs of `shape` (a shape, or a dict of them), for compute_output_spec."""
   if isinstance(shape, dict):
-    return {k: _Spec(v) for k, v in shape.items()}
+    return {k: KerasSpec(v) for k, v in shape.items()}
   return keras.KerasTensor(tuple(tf.TensorShape(shape).as_list()))
 
 

@@ -48,12 +48,8 @@ class Pipeline(keras.Model):
           'lingpipe.keras.Pipeline: schedule %r computes the loss inside the pipeline, which Keras\'s fit loop does '
           "not do yet; use schedule='gpipe'." % schedule)
     units = cut.Units(model, cut_at)
-    if input_shape is None and isinstance(model, keras.Model) and getattr(model, 'inputs', None):
-      input_shape = units[0][1]
-    if input_shape is not None and units[0][1] is None:
+    if input_shape is not None and units[0][1] is None:  # The model's own input shape wins.
       units[0] = (units[0][0], input_shape)
-    self._config = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
-                        schedule=schedule, virtual_stages=virtual_stages, balance=balance, devices=devices)
     shapes = _Shapes(units)
     params = pipelining_layer.PipeliningLayer.Params().Set(
         name=self.name, num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
@@ -183,17 +179,11 @@ def _Shapes(units):
     shapes.append(shape)
     if shape is not None:
       try:
-        spec = unit.compute_output_spec(_KerasSpec(shape))
+        spec = unit.compute_output_spec(keras_layer.KerasSpec(shape))
         shape = tf.nest.map_structure(lambda s: tuple(s.shape), spec)
       except Exception:  # pylint: disable=broad-except
         shape = None  # The unit will be built by its first call.
   return shapes
-
-
-def _KerasSpec(shape):
-  if isinstance(shape, dict):
-    return {k: _KerasSpec(v) for k, v in shape.items()}
-  return keras.KerasTensor(tuple(shape))
 
 
 def _ParamsShape(shape):
