@@ -9,9 +9,24 @@ import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+import pytest  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
 
 NUM_TEST_DEVICES = 4
 memory_stats.EnableAllocatorStats()
 cluster.ConfigureLocalDevices(NUM_TEST_DEVICES, intra_op_threads=1, inter_op_threads=4)
+
+
+@pytest.fixture(autouse=True)
+def _no_global_seed_leaks_into_the_next_test():
+  """Clears TensorFlow's global seed after each test.
+
+  `keras.utils.set_random_seed` (test_keras.py) sets it, and a global seed changes what every op-level seed draws,
+  `Dataset.shuffle(seed=input.seed)` included: a later in-process reference run would read its batches in another
+  order than the same run in a subprocess (test_multiprocess.py failed that way in the full suite).
+  """
+  yield
+  tf.random.set_seed(None)
