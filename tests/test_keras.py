@@ -1,5 +1,8 @@
 """lingpipe.keras: Keras models as pipelines, transparent against the plain Keras model."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -135,6 +138,49 @@ def test_fit_gives_the_weights_plain_fit_gives():
       plain.evaluate(x, y, batch_size=16, verbose=0), rel=1e-5)
 
 
+def _RegularizedMlp(seed, extra=()):
+  keras.utils.set_random_seed(seed)
+  return keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation='relu', kernel_regularizer='l2'),
+                           keras.layers.LayerNormalization(), *extra, keras.layers.Dense(16, activation='tanh'),
+                           keras.layers.Dense(12, activation='relu'), keras.layers.Dense(3)])
+
+
+def _Fit(model, x, y, epochs=1):
+  model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_LOSS, metrics=['accuracy'])
+  return model.fit(x, y, batch_size=24, epochs=epochs, shuffle=False, verbose=0).history
+
+
+@pytest.mark.parametrize('schedule,k,m,remat,v', [('1f1b', 2, 4, 'always', 1), ('1f1b', 3, 6, 'never', 1),
+                                                  ('1f1b', 4, 8, 'except_last', 1),
+                                                  ('interleaved_1f1b', 2, 4, 'always', 2),
+                                                  ('interleaved_1f1b', 2, 3, 'never', 2)])
+def test_fit_with_the_loss_inside_the_pipeline_gives_plain_fits_weights_loss_and_metrics(schedule, k, m, remat, v):
+  x, y = _Data(rows=72)  # 3 steps of 24 rows.
+  plain = _RegularizedMlp(seed=k + m)
+  pipelined = lk.Pipeline(_RegularizedMlp(seed=k + m), num_splits=k, num_micro_batches=m, remat=remat,
+                          schedule=schedule, virtual_stages=v)
+  assert len(pipelined.cells()) == k * v
+  history, pipelined_history = _Fit(plain, x, y), _Fit(pipelined, x, y)
+  for name in ('loss', 'accuracy'):
+    assert pipelined_history[name][0] == pytest.approx(history[name][0], rel=1e-5), name
+  for w_plain, w_pipelined in zip(plain.get_weights(), pipelined.get_weights()):
+    np.testing.assert_allclose(w_pipelined, w_plain, rtol=1e-5, atol=1e-6)
+
+
+def test_batch_norm_and_dropout_train_alike_under_every_schedule():
+  x, y = _Data(rows=48)
+  extra = lambda: [keras.layers.BatchNormalization(), keras.layers.Dropout(0.3, seed=3)]
+  results = []
+  for schedule, v in (('gpipe', 1), ('1f1b', 1), ('interleaved_1f1b', 2)):
+    pipelined = lk.Pipeline(_RegularizedMlp(seed=4, extra=extra()), num_splits=2, num_micro_batches=4,
+                            schedule=schedule, virtual_stages=v)
+    results.append((_Fit(pipelined, x, y, epochs=2)['loss'], pipelined.get_weights()))
+  for losses, weights in results[1:]:  # The same masks and moments, the same moving averages.
+    np.testing.assert_allclose(losses, results[0][0], rtol=1e-5)
+    for expected, actual in zip(results[0][1], weights):
+      np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_batch_norm_normalizes_each_micro_batch_and_moves_its_averages_by_the_whole_batch():
   keras.utils.set_random_seed(2)
   plain = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.BatchNormalization(momentum=0.9),
@@ -175,6 +221,48 @@ def test_fit_with_dropout_and_a_smaller_last_batch():
   assert np.all(np.isfinite(history.history['loss']))
 
 
+def test_save_load_model_and_export_keep_the_weights_the_optimizer_and_the_dropout_step(tmp_path):
+  x, y = _Data(rows=32)
+  keras.utils.set_random_seed(8)
+  plain = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation='relu'),
+                            keras.layers.BatchNormalization(), keras.layers.Dropout(0.3, seed=5),
+                            keras.layers.Dense(3)])  # Keras saves no SeedGenerator state: an unseeded Dropout
+  pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=4)  # would draw a new seed when loaded.
+  pipelined.compile(optimizer=keras.optimizers.Adam(0.01), loss=_LOSS)
+  pipelined.fit(x, y, batch_size=16, epochs=1, verbose=0)
+  # Adam's slots live beside their variables, not all on cell 0's device.
+  slots = {v.path: v for v in pipelined.optimizer.variables}
+  for v in pipelined.trainable_variables:
+    for slot in ('momentum', 'velocity'):
+      assert slots['adam/%s_%s' % (v.path.replace('/', '_'), slot)].value.device == v.value.device, v.path
+  assert {v.value.device for v in pipelined.trainable_variables} == {
+      '/job:localhost/replica:0/task:0/device:CPU:%d' % k for k in (0, 1)}
+  pipelined.save(tmp_path / 'model.keras')
+  loaded = keras.saving.load_model(tmp_path / 'model.keras')
+  assert isinstance(loaded, lk.Pipeline) and loaded.cells() == pipelined.cells()
+  for saved, restored in zip(pipelined.get_weights(), loaded.get_weights()):
+    np.testing.assert_array_equal(restored, saved)
+  for saved, restored in zip(pipelined.optimizer.variables, loaded.optimizer.variables):
+    np.testing.assert_array_equal(restored.numpy(), saved.numpy(), err_msg=saved.path)
+  # Training goes on as it would have: the same step, the same dropout masks.
+  pipelined.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+  loaded.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+  for a, b in zip(pipelined.get_weights(), loaded.get_weights()):
+    np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+  # The SavedModel serves a batch of any size (5: M=4 does not divide it) with TensorFlow alone.
+  pipelined.export(str(tmp_path / 'export'))
+  np.save(tmp_path / 'x.npy', x[:5])
+  serve = subprocess.run([sys.executable, '-c', (
+      'import sys, numpy as np, tensorflow as tf\n'
+      'served_model = tf.saved_model.load(sys.argv[1])\n'
+      'served = served_model.serve(np.load(sys.argv[2]))\n'
+      'assert not [m for m in sys.modules if m.startswith("lingpipe")], "imported lingpipe"\n'
+      'np.save(sys.argv[3], served.numpy())\n'), str(tmp_path / 'export'), str(tmp_path / 'x.npy'),
+      str(tmp_path / 'y.npy')], capture_output=True, text=True, timeout=120)
+  assert serve.returncode == 0, serve.stderr[-2000:]
+  np.testing.assert_allclose(np.load(tmp_path / 'y.npy'), pipelined.predict(x[:5], verbose=0), rtol=1e-5, atol=1e-6)
+
+
 class _Counter(keras.layers.Layer):
   """Keeps a count in a non-trainable variable its forward assigns."""
 
@@ -201,5 +289,10 @@ def test_what_cannot_be_pipelined_is_a_clear_error():
     lk.Pipeline(_Mlp(seed=1), num_splits=2, num_micro_batches=5)(_Data()[0], training=True)
   with pytest.raises(errors.ConfigError, match='functional keras.Model'):
     lk.Pipeline(object(), num_splits=2)
-  with pytest.raises(errors.ConfigError, match="schedule '1f1b'"):
-    lk.Pipeline(_Mlp(seed=1), num_splits=2, schedule='1f1b')
+  one_f_one_b = lk.Pipeline(_Mlp(seed=1), num_splits=2, num_micro_batches=2, schedule='1f1b')
+  with pytest.raises(errors.ConfigError, match=r"schedule '1f1b' computes the loss inside the pipeline, so it "
+                     r"trains through fit\(\)"):
+    one_f_one_b(_Data()[0], training=True)
+  one_f_one_b.compile(optimizer='sgd', loss=_LOSS)
+  with pytest.raises(errors.ConfigError, match='trains on batches of one static size'):
+    one_f_one_b.fit(*_Data(rows=20), batch_size=8, verbose=0)  # 8, 8 and 4 rows.

@@ -51,6 +51,35 @@ def test_loss_in_pipeline_schedules_match_the_plain_model(k, m, remat, v):
   util.AssertClose(_LossAndGrads(plain, x, targets, False), _LossAndGrads(pipe, x, targets, True))
 
 
+@pytest.mark.parametrize('schedule_name,v', [('1f1b', 1), ('interleaved_1f1b', 2)])
+def test_a_loss_that_reads_the_pipelines_own_variables_gets_both_gradients(schedule_name, v):
+  """A weight penalty (or a softmax tied to an embedding in the first cell) reads a cell's variable in the loss:
+  its gradient is the cell's plus the loss's (the loss's once replaced the cell's)."""
+  plain, pipe = util.Pair(util.Tanh(4, dim=8), num_splits=2, num_micro_batches=4, schedule=schedule_name,
+                          virtual_stages=v)
+  rng = np.random.RandomState(2)
+  x = tf.constant(rng.normal(size=(12, 8)), tf.float32)
+  targets = tf.constant(rng.normal(size=(12, 8)), tf.float32)
+
+  def Penalized(layer):
+    def Loss(outputs, part):
+      loss, metrics = _SquaredError(outputs, part)
+      penalty = 0.1 * tf.add_n([tf.reduce_sum(tf.square(w)) for w in layer.trainable_variables])
+      return loss + penalty, dict(metrics, loss=(loss + penalty, metrics['loss'][1]))
+    return Loss
+
+  def Run(layer, with_loss):
+    with tf.GradientTape() as tape:
+      with context.Training(True), context.StepSeed(3):
+        if with_loss:
+          loss, _ = layer.FPropWithLoss(x, targets, Penalized(layer))
+        else:
+          loss, _ = Penalized(layer)(layer.FProp(x), targets)
+    return loss, tape.gradient(loss, list(layer.trainable_variables))
+
+  util.AssertClose(Run(plain, False), Run(pipe, True))
+
+
 def test_batch_norm_under_one_f_one_b_moves_the_averages_by_the_whole_batch():
   layers = [linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8),
             batch_norm.BatchNormLayer.Params().Set(dim=8, decay=0.0),

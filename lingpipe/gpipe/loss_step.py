@@ -87,7 +87,8 @@ def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
       total = tf.add_n([w for _, _, w in parts])
     input_grads = layer.MergeInputGrads(first, r, 0)
     by_ref = layer.GradientsByVariable(accumulated)
-    by_ref.update({ref: g for ref, (_, g) in loss_grads.items()})
+    for ref, (_, g) in loss_grads.items():  # The loss may read the pipeline's own variables (a weight penalty).
+      by_ref[ref] = by_ref[ref] + g if by_ref.get(ref) is not None else g
     structure['metrics'] = metrics
     names = sorted(metrics)
     flat_out = [loss] + [t for name in names for t in metrics[name]]

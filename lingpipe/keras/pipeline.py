@@ -30,6 +30,7 @@ class _Held:
     self.value = value
 
 
+@keras.saving.register_keras_serializable(package='lingpipe')
 class Pipeline(keras.Model):
   """See the module docstring. Arguments after `model` are PipeliningLayer's params of the same names, and:
 
@@ -43,14 +44,14 @@ class Pipeline(keras.Model):
                balance='uniform', devices=None, cut_at=None, input_shape=None, batch_size=None, name=None,
                **kwargs):
     super().__init__(name=name or 'pipeline', **kwargs)
-    if schedule != 'gpipe':
-      raise errors.ConfigError(
-          'lingpipe.keras.Pipeline: schedule %r computes the loss inside the pipeline, which Keras\'s fit loop does '
-          "not do yet; use schedule='gpipe'." % schedule)
+    self._config = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
+                        schedule=schedule, virtual_stages=virtual_stages, balance=balance,
+                        devices=list(devices) if devices else None, batch_size=batch_size)
     units = cut.Units(model, cut_at)
     if input_shape is not None and units[0][1] is None:  # The model's own input shape wins.
       units[0] = (units[0][0], input_shape)
     shapes = _Shapes(units)
+    self._config['input_shape'] = _ParamsShape(shapes[0]) if shapes[0] is not None else None
     params = pipelining_layer.PipeliningLayer.Params().Set(
         name=self.name, num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
         schedule=schedule, virtual_stages=virtual_stages, balance=balance, devices=devices,
@@ -78,6 +79,37 @@ class Pipeline(keras.Model):
     p = self.pipeline
     return [(p.devices[k], [layer.keras_layer.name for layer in p.CellLayers(k)]) for k in range(p.num_cells)]
 
+  def get_config(self):
+    """The units (a list of Keras layers: a functional model's parts are sub-models) and the pipeline's
+    arguments, so keras.saving.load_model rebuilds the pipeline and Keras loads the weights into it."""
+    return dict(self._config, name=self.name,
+                model=[keras.saving.serialize_keras_object(unit) for unit in self.units])
+
+  @classmethod
+  def from_config(cls, config):
+    config = dict(config)
+    units = [keras.saving.deserialize_keras_object(unit) for unit in config.pop('model')]
+    return cls(units, **config)
+
+  def compile_from_config(self, config):
+    """Keras's, which skips models that override compile (ours only refuses jit_compile=True)."""
+    self.compile(**keras.saving.deserialize_keras_object(config))  # load_model then restores the optimizer's state.
+
+  def save_own_variables(self, store):
+    super().save_own_variables(store)
+    store['seed_step'] = self._seed_step.value.numpy()  # A loaded model goes on with new dropout masks.
+
+  def load_own_variables(self, store):
+    if 'seed_step' in store.keys():
+      self._seed_step.value.assign(np.asarray(store['seed_step']))
+    super().load_own_variables({key: store[key] for key in store.keys() if key != 'seed_step'})
+
+  def export(self, filepath, *args, **kwargs):  # pylint: disable=arguments-differ
+    """Keras's export, tracing the inference graph as lingpipe's exporter does (context.Exporting): the units one
+    after another, no micro-batches, so the SavedModel serves any batch size on one device, without lingpipe."""
+    with context.Exporting():
+      return super().export(filepath, *args, **kwargs)
+
   def call(self, inputs, training=False):
     training = bool(training)
     inputs = keras_layer.ToLingpipe(_Tensors(inputs))
@@ -85,7 +117,8 @@ class Pipeline(keras.Model):
     if rows is not None and self._batch_size is None:
       self._batch_size = rows
     real_rows = None
-    if rows is None:  # Micro-batching needs a static batch: pad to the batch size, drop the pad rows after.
+    # Micro-batching needs a static batch: pad to the batch size, drop the pad rows after (export does not split).
+    if rows is None and not context.IsExporting():
       inputs, real_rows = self._PadToBatchSize(inputs, training)
     seed_step = self._seed_step.value
     seed = tf.convert_to_tensor(seed_step)
@@ -103,7 +136,55 @@ class Pipeline(keras.Model):
       outputs = tf.nest.map_structure(lambda t: t[:real_rows], outputs)
     return keras_layer.ToKeras(outputs)
 
+  def train_step(self, data):
+    """Keras's train step; for a schedule that needs the loss inside the pipeline (1F1B: a micro-batch's backward
+    starts when its loss is known), the compiled loss and metrics run per micro-batch on the last cell.
+
+    The batch's loss is the mean of the micro-batches' (equal-sized) losses: the whole batch's loss for Keras's
+    default reduction, 'sum_over_batch_size', and regularization losses, added to each, count once.
+    """
+    if not self.pipeline.NeedsLoss():
+      return super().train_step(data)
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    x = keras_layer.ToLingpipe(_Tensors(x))
+    if tf.nest.flatten(x)[0].shape[0] is None:
+      raise errors.ConfigError(
+          'lingpipe.keras.Pipeline %r: schedule %r trains on batches of one static size, and Keras left this '
+          'one open (after a smaller last batch). Use a batch size that divides the data, or a dataset batched '
+          'with drop_remainder=True.' % (self.name, self.pipeline.params.schedule))
+    if y is None:
+      raise errors.ConfigError('lingpipe.keras.Pipeline %r: schedule %r computes the compiled loss per '
+                               'micro-batch and needs targets: fit(x, y).' % (self.name, self.pipeline.params.schedule))
+    targets = {'y': _Tensors(y)}
+    if sample_weight is not None:
+      targets['sample_weight'] = _Tensors(sample_weight)
+
+    def MicroBatchLoss(outputs, part):
+      y_pred = keras_layer.ToKeras(outputs)
+      weight = part.get('sample_weight')
+      loss = self.compute_loss(x=None, y=part['y'], y_pred=y_pred, sample_weight=weight, training=True)
+      self.compute_metrics(None, part['y'], y_pred, sample_weight=weight)  # Sums: per micro-batch is exact.
+      return loss, {}
+
+    seed_step = self._seed_step.value
+    with tf.GradientTape() as tape:
+      with context.Training(True), context.StepSeed(tf.convert_to_tensor(seed_step)):
+        loss, _ = self.pipeline.FPropWithLoss(x, targets, MicroBatchLoss)
+      scaled_loss = self.optimizer.scale_loss(loss)
+    gradients = tape.gradient(scaled_loss, self.trainable_variables)
+    self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
+    seed_step.assign_add(1)
+    loss_tracker = getattr(self, '_loss_tracker', None)  # Keras's own train_step feeds fit's 'loss' this way.
+    if loss_tracker is not None:
+      loss_tracker.update_state(loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+    return self.get_metrics_result()
+
   def _Forward(self, inputs, seed, training):
+    if training and self.pipeline.NeedsLoss():
+      raise errors.ConfigError(
+          'lingpipe.keras.Pipeline %r: schedule %r computes the loss inside the pipeline, so it trains through '
+          "fit() (its train_step); a training call of the model has no loss to run. Call it with training=False, "
+          "or use schedule='gpipe' for a custom training loop." % (self.name, self.pipeline.params.schedule))
     with context.Training(training), context.StepSeed(seed if training else None):
       return self.pipeline.FProp(inputs)
 
@@ -165,6 +246,28 @@ class Pipeline(keras.Model):
       raise errors.ConfigError('lingpipe.keras.Pipeline: jit_compile=True cannot compile one XLA cluster across '
                                'the pipeline\'s devices; leave it False.')
     super().compile(*args, jit_compile=False, **kwargs)
+    self._BuildOptimizerOnCellDevices()
+
+  def _BuildOptimizerOnCellDevices(self):
+    """Creates the optimizer's slots (Adam's momentum and velocity, ...) on the device of their variable.
+
+    Keras creates them under the current device, all on cell 0's: its memory would hold every cell's slots, and
+    each update would copy them across devices. Keras's update ops are already colocated with their variable."""
+    optimizer = self.optimizer
+    if optimizer is None or optimizer.built:
+      return
+    creator = getattr(optimizer, 'inner_optimizer', optimizer)  # LossScaleOptimizer's slots are its inner's.
+    add_variable_from_reference = creator.add_variable_from_reference
+
+    def OnTheVariablesDevice(reference_variable, *args, **kwargs):
+      with tf.device(getattr(reference_variable, 'value', reference_variable).device):
+        return add_variable_from_reference(reference_variable, *args, **kwargs)
+
+    creator.add_variable_from_reference = OnTheVariablesDevice
+    try:
+      optimizer.build(self.trainable_variables)
+    finally:
+      del creator.add_variable_from_reference
 
 
 def _Tensors(inputs):
