@@ -20,6 +20,13 @@ def _Layers(model):
   return [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
 
 
+def LayerNames(unit):
+  """The names of the layers a unit runs: a piece of a functional model (a sub-model) lists its own."""
+  if IsFunctional(unit):
+    return [layer.name for layer in unit.layers if not isinstance(layer, keras.layers.InputLayer)]
+  return [unit.name]
+
+
 def IsFunctional(model):
   return isinstance(model, keras.Model) and not isinstance(model, keras.Sequential) and hasattr(
       model, '_operations') and hasattr(model, 'inputs') and model.inputs is not None
@@ -106,7 +113,7 @@ def _FunctionalUnits(model, cut_at):
       boundaries.append({name: _Output(model, name) for name in entry})
     else:
       boundaries.append(_Output(model, entry))
-  inputs = model.input if not isinstance(model.input, list) else {t.name: t for t in model.inputs}
+  inputs = model.inputs[0] if len(model.inputs) == 1 else {t.name: t for t in model.inputs}
   units, start = [], inputs
   for i, end in enumerate(boundaries + [model.output]):
     try:

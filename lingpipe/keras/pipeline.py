@@ -75,9 +75,10 @@ class Pipeline(keras.Model):
     return self._pipeline.value
 
   def cells(self):
-    """Per cell: (device, [names of its Keras layers])."""
+    """Per cell: (device, [names of its Keras layers]); a piece of a cut functional model lists its layers."""
     p = self.pipeline
-    return [(p.devices[k], [layer.keras_layer.name for layer in p.CellLayers(k)]) for k in range(p.num_cells)]
+    return [(p.devices[k], [name for layer in p.CellLayers(k) for name in cut.LayerNames(layer.keras_layer)])
+            for k in range(p.num_cells)]
 
   def get_config(self):
     """The units (a list of Keras layers: a functional model's parts are sub-models) and the pipeline's

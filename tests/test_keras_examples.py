@@ -1,0 +1,82 @@
+"""The Keras examples (tasks/keras/, tools/keras_example.py): keras.applications.ResNet50 and a Transformer text
+classifier as pipelines, transparent against the plain Keras models, on the data bundled in the repo."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras
+import lingpipe.keras as lk
+from lingpipe.core import errors
+from lingpipe.tasks.keras import data
+from lingpipe.tasks.keras import models
+
+_LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _LossAndGrads(model, x, y):
+  with tf.GradientTape() as tape:
+    loss = _LOSS(y, model(x, training=True))
+  return loss.numpy(), [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+
+
+@pytest.fixture
+def float64():
+  """Keras layers built meanwhile compute in float64. At random initialization ResNet50's gradients on these
+  images are ill-conditioned in float32: feeding the plain model the same batch in reverse order moves its first
+  convolution's gradient by 1.7% of the largest. In float64 the pipeline must match to 1e-9."""
+  keras.config.set_floatx('float64')
+  try:
+    yield
+  finally:
+    keras.config.set_floatx('float32')
+
+
+def test_resnet50_in_four_cells_by_flops_equals_plain_resnet50_on_each_micro_batch(float64):
+  keras.utils.set_random_seed(0)
+  plain = models.ResNet50()
+  pipelined = lk.Pipeline(plain, num_splits=4, num_micro_batches=2, balance='flops', remat='always')
+  cells = pipelined.cells()
+  assert len(cells) == 4 and all(names for _, names in cells)
+  assert cells[0][1][:2] == ['scale', 'conv1_pad'] and cells[-1][1][-1] == 'predictions'
+  x, y = data.Cifar10('train')
+  x, y = x[:8].astype('float64'), y[:8]
+  loss, grads = _LossAndGrads(pipelined, x, y)
+  # GPipe's batch norm: each micro-batch of 4 images is normalized by its own moments.
+  parts = [_LossAndGrads(plain, [x[i:i + 4]], y[i:i + 4]) for i in (0, 4)]
+  assert loss == pytest.approx(np.mean([l for l, _ in parts]), rel=1e-9)
+  largest = max(np.abs(g).max() for _, part in parts for g in part)
+  for i, g in enumerate(grads):
+    expected = (parts[0][1][i] + parts[1][1][i]) / 2
+    np.testing.assert_allclose(g, expected, rtol=1e-9, atol=1e-9 * largest, err_msg=plain.trainable_variables[i].path)
+
+
+@pytest.mark.parametrize('schedule,remat', [('gpipe', 'never'), ('1f1b', 'always')])
+def test_the_transformer_classifier_fits_language_ids_as_the_plain_model_does(schedule, remat):
+  x, y = data.LanguageId('train', seq_len=16)
+  x, y = x[:96], y[:96]
+
+  def Fit(wrap):
+    keras.utils.set_random_seed(3)
+    model = wrap(models.TransformerClassifier(seq_len=16, model_dim=16, num_heads=2, hidden_dim=32, dropout=0.0))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_LOSS, metrics=['accuracy'])
+    return model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0).history, model.get_weights()
+
+  history, weights = Fit(lambda m: m)
+  pipelined_history, pipelined_weights = Fit(lambda m: lk.Pipeline(m, num_splits=2, num_micro_batches=4,
+                                                                    schedule=schedule, remat=remat))
+  assert pipelined_history['loss'][0] == pytest.approx(history['loss'][0], rel=1e-5)
+  assert pipelined_history['accuracy'][0] == pytest.approx(history['accuracy'][0])
+  for expected, actual in zip(weights, pipelined_weights):
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_language_id_data_come_from_the_nmt_sample():
+  x, y = data.LanguageId('dev', seq_len=32)
+  assert x.shape == (1000, 32) and x.dtype == np.int32 and np.bincount(y).tolist() == [200] * 5
+  assert x.min() == 0 and x.max() <= 256  # Bytes + 1; 0 pads.
+  np.testing.assert_array_equal(data.EncodeBytes(['ab'], 4), [[98, 99, 0, 0]])
+  with pytest.raises(errors.ConfigError, match="split must be one of train, dev, got 'test'"):
+    data.LanguageId('test')
+  with pytest.raises(errors.ConfigError, match='is missing; data_dir must hold'):
+    data.LanguageId('train', data_dir='/nonexistent')
