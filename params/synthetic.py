@@ -3,6 +3,7 @@
 from lingpipe.core import base_model_params
 from lingpipe.core import model_registry
 from lingpipe.core import optimizer
+from lingpipe import keras as lingpipe_keras
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import linear
 from lingpipe.layers import sequential
@@ -10,6 +11,7 @@ from lingpipe.layers import transformer
 from lingpipe.tasks import classifier
 from lingpipe.tasks.synthetic import input_generator
 from lingpipe.tasks.synthetic import sequence_input
+from lingpipe.tasks.keras import models as keras_models
 from lingpipe.tasks.synthetic import sequence_tagger
 
 
@@ -56,6 +58,22 @@ class DeepMlpGPipe(Mlp):
     p.network = pipelining_layer.PipeliningLayer.Params().Set(
         layers=p.network.sub, num_splits=2, num_micro_batches=4, remat='always',
         input_shapes=[64, self.INPUT_DIM])
+    return p
+
+
+@model_registry.RegisterSingleTaskModel
+class KerasMlpGPipe(Mlp):
+  """DeepMlpGPipe's network written in Keras (tasks/keras/models.py Mlp): the trainer builds the Keras model,
+  cuts it into 2 cells of KerasLayers, and trains, resumes, evaluates and exports it as its own layers."""
+
+  HIDDEN_DIMS = (64,) * 8
+
+  def Task(self):
+    p = super().Task()
+    p.name = 'keras_mlp'
+    p.network = lingpipe_keras.PipelineParams(
+        keras_models.Mlp, {'input_dim': self.INPUT_DIM, 'hidden_dims': list(self.HIDDEN_DIMS)},
+        input_shape=[64, self.INPUT_DIM], num_splits=2, num_micro_batches=4, remat='always')
     return p
 
 

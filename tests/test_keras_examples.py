@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import keras
 import lingpipe.keras as lk
+from lingpipe.keras import builder as lk_builder
 from lingpipe.core import errors
 from lingpipe.tasks.keras import data
 from lingpipe.tasks.keras import models
@@ -80,3 +81,23 @@ def test_the_language_id_data_come_from_the_nmt_sample():
     data.LanguageId('test')
   with pytest.raises(errors.ConfigError, match='is missing; data_dir must hold'):
     data.LanguageId('train', data_dir='/nonexistent')
+
+
+def test_a_keras_builder_in_params_is_built_with_the_pipeline_and_runs_the_builders_model():
+  kwargs = {'input_dim': 8, 'hidden_dims': [16, 16, 8]}
+  p = lk.PipelineParams(models.Mlp, kwargs, input_shape=[12, 8], num_splits=2, num_micro_batches=3, name='net')
+  text = p.ToText()  # What the trainer writes to params.txt: names and literals only.
+  assert "layers[0].builder : 'lingpipe.tasks.keras.models.Mlp'" in text and 'layers[1]' not in text
+  pipe = p.Instantiate()
+  assert [layer.params.unit for layer in pipe.units] == [0, 1, 2]  # One piece per Dense layer.
+  x = np.random.RandomState(0).normal(size=(12, 8)).astype('float32')
+  plain = x
+  for unit, _ in lk_builder.Units(models.Mlp, kwargs):  # The built model's pieces: the plain model.
+    plain = unit(plain)
+  np.testing.assert_allclose(pipe.FProp(tf.constant(x)).numpy(), plain.numpy(), rtol=1e-6, atol=1e-6)
+  with pytest.raises(errors.ConfigError, match='must be a module-level function'):
+    lk.PipelineParams(lambda: None, input_shape=[1])
+  with pytest.raises(errors.ConfigError, match="has no 'Mpl'.*Did you mean: Mlp"):
+    lk.PipelineParams('lingpipe.tasks.keras.models.Mpl', input_shape=[12, 8], name='net').Instantiate()
+  with pytest.raises(errors.ConfigError, match=r'pass input_shape=\[batch, \.\.\.\]'):
+    lk.PipelineParams(models.Mlp)

@@ -66,6 +66,13 @@ def _SeedGraph():
   return id(seed.graph) if isinstance(seed, tf.Tensor) and tf.is_symbolic_tensor(seed) else None
 
 
+def ExpandedLayers(layers):
+  """The units of a `layers` list: an entry whose class has ExpandUnits(params) stands for several (a Keras model
+  named by its builder becomes one KerasLayer per piece, known only once the model is built)."""
+  return [unit for layer in layers
+          for unit in (layer.cls.ExpandUnits(layer) if hasattr(layer.cls, 'ExpandUnits') else [layer])]
+
+
 class PipeliningLayer(base_layer.BaseLayer):
   """See the module docstring. Building one calls DisableFunctionSpecialization() (a process-wide setting)."""
 
@@ -122,7 +129,7 @@ class PipeliningLayer(base_layer.BaseLayer):
                                  'give a multiple of %d cells.' % (self.path, len(units), p.virtual_stages,
                                                                     p.virtual_stages))
     else:
-      units = list(p.layers)
+      units = ExpandedLayers(p.layers)
       counts = partition.Partition(units, p.num_splits * p.virtual_stages, p.balance, self._InputShapes(),
                                    self._SampleInputs() if p.balance in ('time', 'memory') else None)
     object.__setattr__(self, '_num_cells', len(counts))
@@ -236,7 +243,7 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   @classmethod
   def FPropMeta(cls, params, *input_shapes):
-    units = params.cell_tpl or params.layers
+    units = params.cell_tpl or ExpandedLayers(params.layers)
     flops, shapes = 0, input_shapes
     for unit in units:
       meta = unit.cls.FPropMeta(unit, *shapes)

@@ -34,6 +34,7 @@ from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core import moments
 from lingpipe.core.nested_map import NestedMap
+from lingpipe.keras import builder
 
 
 class KerasRef:
@@ -103,7 +104,14 @@ class KerasLayer(base_layer.BaseLayer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('keras_layer', None, 'The Keras layer, as KerasRef(layer) (held by reference, never copied).')
+    p.Define('keras_layer', None, 'The Keras layer, as KerasRef(layer) (held by reference, never copied); or '
+             'None and `builder`.')
+    p.Define('builder', '', "Instead of keras_layer: the dotted name of a function returning a Keras model, cut "
+             'as lingpipe.keras cuts models (builder.py); this layer runs its piece `unit`.')
+    p.Define('builder_kwargs', {}, 'Keyword arguments of `builder` (Python literals).')
+    p.Define('cut_at', None, "Where `builder`'s model is cut (cut.py): None cuts wherever it narrows.")
+    p.Define('unit', None, "Which piece of `builder`'s model this layer runs; None: all of them, one KerasLayer "
+             'each (a PipeliningLayer expands this entry of its layers when it builds the model).')
     p.Define('input_shape', None, 'Shape of one input batch (a list, or a dict of lists), batch dimension first '
              '(None allowed): builds an unbuilt layer, and sizes FPropMeta.')
     return p
@@ -111,10 +119,7 @@ class KerasLayer(base_layer.BaseLayer):
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if not isinstance(p.keras_layer, KerasRef):
-      raise errors.ConfigError('Layer %s: keras_layer must be KerasRef(<a Keras layer>), got %r.' % (
-          self.path, p.keras_layer))
-    layer = p.keras_layer.obj
+    layer = _GivenLayer(p, self.path)
     if not layer.built:
       if p.input_shape is None:
         raise errors.ConfigError('Layer %s: Keras layer %r is not built and no input_shape was given to build it.'
@@ -199,12 +204,38 @@ class KerasLayer(base_layer.BaseLayer):
         collector.Add(stats, moments.Moments.Of(mean, variance, rows))
 
   @classmethod
+  def ExpandUnits(cls, params):
+    """[params]; or, for all pieces of a builder's model (unit None), one copy per piece."""
+    if not (params.keras_layer is None and params.builder and params.unit is None):
+      return [params]
+    units = builder.Units(params.builder, params.builder_kwargs, params.cut_at)
+    return [params.Copy().Set(name='%s_%d' % (params.name, i), unit=i,
+                              input_shape=params.input_shape if i == 0 else None) for i in range(len(units))]
+
+  @classmethod
   def FPropMeta(cls, params, *input_shapes):
-    layer = params.keras_layer.obj
+    layer = _GivenLayer(params, params.name)
     shape = input_shapes[0] if input_shapes else params.input_shape
     spec = layer.compute_output_spec(KerasSpec(shape))
     out = _Shapes(spec)
     return base_layer.Meta(out, _Flops(layer, shape, out))
+
+
+def _GivenLayer(p, path):
+  """The Keras layer KerasLayer params name: p.keras_layer's, or piece p.unit of p.builder's model."""
+  if p.keras_layer is None and p.builder:
+    units = builder.Units(p.builder, p.builder_kwargs, p.cut_at)
+    if p.unit is None:
+      raise errors.ConfigError('Layer %s: unit is None (every piece of %r): put the layer in a PipeliningLayer\'s '
+                               'layers, which runs one KerasLayer per piece, or set unit.' % (path, p.builder))
+    if not 0 <= p.unit < len(units):
+      raise errors.ConfigError('Layer %s: unit %d of Keras model builder %r, whose model has units 0..%d.' % (
+          path, p.unit, p.builder, len(units) - 1))
+    return units[p.unit][0]
+  if isinstance(p.keras_layer, KerasRef):
+    return p.keras_layer.obj
+  raise errors.ConfigError('Layer %s: keras_layer must be KerasRef(<a Keras layer>), or builder a Keras model '
+                           'builder; got keras_layer=%r, builder=%r.' % (path, p.keras_layer, p.builder))
 
 
 def _CopyHere(layer, path):

@@ -5,11 +5,13 @@ from lingpipe.core import lr_schedule
 from lingpipe.core import model_registry
 from lingpipe.core import optimizer
 from lingpipe.gpipe import pipelining_layer
+from lingpipe import keras as lingpipe_keras
 from lingpipe.layers import batch_norm
 from lingpipe.tasks.image import amoebanet
 from lingpipe.tasks.image import classifier
 from lingpipe.tasks.image import input_generator
 from lingpipe.tasks.image import resnet
+from lingpipe.tasks.keras import models as keras_models
 
 
 class _Cifar10(base_model_params.SingleTaskModelParams):
@@ -93,3 +95,21 @@ class AmoebaNetD_18_512(_AmoebaNetD):  # pylint: disable=invalid-name
 
   NUM_CELLS, FILTERS, NUM_SPLITS = 18, 512, 8
   ONE_STEP_TEST = 'skip'
+
+
+@model_registry.RegisterSingleTaskModel
+class KerasResNet50(_Cifar10):
+  """`keras.applications.ResNet50(weights=None)` (23.6M parameters) under lingpipe's trainer: the Keras model is
+  cut where it narrows, into K=4 cells by estimated flops, M=4, re-materialized; lingpipe's softmax on its pooled
+  features. Checkpoints, resumption, evaluation and export are the trainer's own (tasks/keras/models.py)."""
+
+  ONE_STEP_TEST = 'slow'  # ~20 s: building ResNet50 and tracing its 4 cells.
+
+  def Task(self):
+    p = self._Task('keras_resnet50', [], 2048, num_splits=4, num_micro_batches=4, remat='always')
+    p.network = lingpipe_keras.PipelineParams(
+        keras_models.ResNet50, {'include_top': False, 'scale': False}, input_shape=p.network.input_shapes,
+        num_splits=4, num_micro_batches=4, remat='always', balance='flops')
+    p.train.Set(learning_rate=0.05, l2_regularizer_weight=1e-4, max_steps=40, save_interval_steps=20,
+                lr_schedule=lr_schedule.CosineSchedule.Params().Set(warmup_steps=5, total_steps=40))
+    return p

@@ -7,16 +7,19 @@ its graph narrows (between ResNet blocks, between Transformer blocks).
 import keras
 
 
-def ResNet50(num_classes=10, input_size=32, image_size=32):
-  """`keras.applications.ResNet50(weights=None)` on uint8-range images of `input_size` pixels, resized to
-  `image_size` (32 is the smallest ResNet50 takes) and scaled to [0, 1] inside the model."""
+def ResNet50(num_classes=10, input_size=32, image_size=32, include_top=True, scale=True):
+  """`keras.applications.ResNet50(weights=None)` on images of `input_size` pixels, resized to `image_size` (32 is
+  the smallest ResNet50 takes). scale: the images are 0..255 and the model scales them to [0, 1] (False: they
+  come normalized, as from lingpipe's Cifar10Input). include_top: logits over `num_classes`; else the 2048
+  average-pooled features (a lingpipe task's softmax goes on top)."""
   inputs = keras.Input((input_size, input_size, 3), name='images')
   x = inputs
   if image_size != input_size:
     x = keras.layers.Resizing(image_size, image_size, name='resize')(x)
-  x = keras.layers.Rescaling(1 / 255.0, name='scale')(x)
-  return keras.applications.ResNet50(weights=None, input_tensor=x, classes=num_classes,
-                                     classifier_activation=None)
+  if scale:
+    x = keras.layers.Rescaling(1 / 255.0, name='scale')(x)
+  return keras.applications.ResNet50(weights=None, input_tensor=x, include_top=include_top, classes=num_classes,
+                                     pooling=None if include_top else 'avg', classifier_activation=None)
 
 
 @keras.saving.register_keras_serializable(package='lingpipe')
@@ -55,3 +58,11 @@ def TransformerClassifier(vocab_size=257, seq_len=64, num_classes=5, model_dim=6
     x = keras.layers.LayerNormalization(name='block_%d' % i)(keras.layers.Add()([x, hidden]))
   pooled = keras.layers.GlobalAveragePooling1D(name='pool')(x)
   return keras.Model(tokens, keras.layers.Dense(num_classes, name='logits')(pooled), name='transformer_classifier')
+
+
+def Mlp(input_dim=16, hidden_dims=(64, 64), activation='relu'):
+  """A Keras MLP [batch, input_dim] -> [batch, hidden_dims[-1]] (a lingpipe task's softmax goes on top)."""
+  x = inputs = keras.Input((input_dim,), name='features')
+  for i, dim in enumerate(hidden_dims):
+    x = keras.layers.Dense(dim, activation=activation, name='hidden_%d' % i)(x)
+  return keras.Model(inputs, x, name='mlp')

@@ -1,0 +1,73 @@
+"""Keras models named by their builder function, so that Params (and the trainer's params.txt) can hold them.
+
+A registered model wraps a Keras model builder as `task.network = lingpipe.keras.PipelineParams(builder, ...)`:
+a PipeliningLayer whose units are KerasLayers, each naming the builder (its dotted name, its keyword arguments
+as literals, where to cut) and the piece of the built model it runs. The builder runs once per process for each
+distinct (builder, arguments, cut) and every piece is copied from that one model onto its cell's device, so a
+task instantiated twice starts from the same weights and the pieces fit together.
+
+    p.network = lingpipe.keras.PipelineParams('lingpipe.tasks.keras.models.ResNet50', {'include_top': False},
+                                              input_shape=[64, 32, 32, 3], num_splits=4, balance='flops')
+"""
+
+import ast
+import functools
+import importlib
+
+from lingpipe.core import errors
+from lingpipe.gpipe import pipelining_layer
+from lingpipe.keras import cut
+
+
+def BuilderName(builder):
+  """The dotted name of a builder given as a function or a name; lambdas and nested functions have none."""
+  if isinstance(builder, str):
+    return builder
+  name = '%s.%s' % (getattr(builder, '__module__', ''), getattr(builder, '__qualname__', ''))
+  if '<' in name or not callable(builder):
+    raise errors.ConfigError('A Keras model builder must be a module-level function (Params keep its dotted '
+                             'name), got %r.' % (builder,))
+  return name
+
+
+def _Import(name):
+  module_name, _, attribute = name.rpartition('.')
+  try:
+    module = importlib.import_module(module_name)
+  except ImportError as e:
+    raise errors.ConfigError('Keras model builder %r: cannot import module %r (%s).' % (name, module_name, e)) from e
+  if not hasattr(module, attribute):
+    raise errors.ConfigError('Keras model builder %r: module %r has no %r.%s' % (
+        name, module_name, attribute, errors.DidYouMean(attribute, [a for a in dir(module) if a[:1].isupper()])))
+  return getattr(module, attribute)
+
+
+@functools.lru_cache(maxsize=2)
+def _Units(name, kwargs_text, cut_at_text):
+  model = _Import(name)(**ast.literal_eval(kwargs_text))
+  return tuple(cut.Units(model, ast.literal_eval(cut_at_text)))
+
+
+def Units(builder, builder_kwargs=None, cut_at=None):
+  """[(unit, input shape)] of the builder's model cut as lingpipe.keras cuts models (built once per process)."""
+  return _Units(BuilderName(builder), repr(dict(sorted((builder_kwargs or {}).items()))), repr(cut_at))
+
+
+def PipelineParams(builder, builder_kwargs=None, cut_at=None, input_shape=None, **pipeline_params):
+  """PipeliningLayer Params running the builder's model, cut where it narrows (or at `cut_at`), as KerasLayers.
+
+  The model is built when the pipeline is (after the trainer has set up its devices), not here: `layers` holds
+  one KerasLayer entry with unit=None, which the pipeline expands into one KerasLayer per piece.
+  input_shape: the shape of an input batch, batch dimension first (a list, or a dict of lists).
+  pipeline_params: num_splits, num_micro_batches, remat, schedule, balance, ...
+  """
+  from lingpipe.keras import keras_layer  # pylint: disable=g-import-not-at-top  (keras_layer imports this file)
+  name = BuilderName(builder)
+  if input_shape is None:
+    raise errors.ConfigError('Keras model builder %r: pass input_shape=[batch, ...], the shape of one input batch.'
+                             % name)
+  shape = {k: list(v) for k, v in input_shape.items()} if isinstance(input_shape, dict) else list(input_shape)
+  layer = keras_layer.KerasLayer.Params().Set(
+      name=name.rpartition('.')[2].lower(), builder=name, builder_kwargs=dict(builder_kwargs or {}), cut_at=cut_at,
+      unit=None, input_shape=shape)
+  return pipelining_layer.PipeliningLayer.Params().Set(layers=[layer], input_shapes=shape, **pipeline_params)
