@@ -71,7 +71,7 @@ def test_a_pipelined_sequential_has_the_plain_models_loss_and_gradients(k, m, re
   _AssertGradsClose(grads, pipelined_grads)
 
 
-@pytest.mark.parametrize('k,m,remat', [(2, 4, 'always'), (3, 2, 'never')])
+@pytest.mark.parametrize('k,m,remat', [(2, 4, 'always'), (3, 2, 'never'), (4, 6, 'except_last'), (1, 12, 'always')])
 def test_a_functional_model_is_cut_where_it_narrows_and_stays_transparent(k, m, remat):
   plain = _Transformer(seed=3)
   narrow = lk.NarrowPoints(plain)
@@ -83,8 +83,9 @@ def test_a_functional_model_is_cut_where_it_narrows_and_stays_transparent(k, m, 
   pipelined_loss, pipelined_grads = _LossAndGrads(pipelined, x, y)
   assert pipelined_loss == pytest.approx(loss, rel=1e-5)
   _AssertGradsClose(grads, pipelined_grads)
-  np.testing.assert_allclose(pipelined.predict(x, batch_size=5, verbose=0), plain.predict(x, verbose=0),
-                             rtol=1e-5, atol=1e-6)  # The last batch of 2 rows is padded to M's multiple.
+  # A last, smaller batch is padded to the batch size (and that to a multiple of M).
+  np.testing.assert_allclose(pipelined.predict(x, batch_size=max(5, m + 1), verbose=0), plain.predict(x, verbose=0),
+                             rtol=1e-5, atol=1e-6)
   for w_plain, w_pipelined in zip(plain.get_weights(), pipelined.get_weights()):  # Same order: set_weights works.
     np.testing.assert_array_equal(w_pipelined, w_plain)
 
@@ -263,6 +264,17 @@ def test_save_load_model_and_export_keep_the_weights_the_optimizer_and_the_dropo
   np.testing.assert_allclose(np.load(tmp_path / 'y.npy'), pipelined.predict(x[:5], verbose=0), rtol=1e-5, atol=1e-6)
 
 
+def test_a_training_call_after_fit_traces_its_own_cells():
+  """Cells traced inside fit's step function captured that graph's step seed; a training call of the model
+  afterwards (another graph, same shapes) must not reuse them (it failed with "is out of scope")."""
+  x, y = _Data(rows=16)
+  pipelined = lk.Pipeline(_Mlp(seed=9, dropout=0.5), num_splits=2, num_micro_batches=4)
+  pipelined.compile(optimizer=keras.optimizers.SGD(0.1), loss=_LOSS)
+  pipelined.fit(x, y, batch_size=8, epochs=1, verbose=0)
+  first, second = pipelined(x[:8], training=True), pipelined(x[:8], training=True)
+  assert np.all(np.isfinite(first)) and not np.allclose(first, second)  # New masks each call.
+
+
 class _Counter(keras.layers.Layer):
   """Keeps a count in a non-trainable variable its forward assigns."""
 
@@ -296,3 +308,7 @@ def test_what_cannot_be_pipelined_is_a_clear_error():
   one_f_one_b.compile(optimizer='sgd', loss=_LOSS)
   with pytest.raises(errors.ConfigError, match='trains on batches of one static size'):
     one_f_one_b.fit(*_Data(rows=20), batch_size=8, verbose=0)  # 8, 8 and 4 rows.
+  one_f_one_b.compile(optimizer='sgd', loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                                       reduction='sum'))
+  with pytest.raises(errors.ConfigError, match=r"Crossentropy sums over the batch \(reduction='sum'\)"):
+    one_f_one_b.fit(*_Data(rows=16), batch_size=8, verbose=0)

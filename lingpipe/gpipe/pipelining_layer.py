@@ -61,9 +61,10 @@ def DisableFunctionSpecialization():
 def _SeedGraph():
   """The graph of the step seed a cell's function captures (context.StepSeed), or None. A traced function keeps
   what it captured: called from another graph (Keras traces a second step function for a smaller last batch) it
-  would read a tensor of the first, so each graph gets its own cell functions."""
+  would read a tensor of the first, so each graph gets its own cell functions. The graph itself, not its id: a
+  new graph could reuse a collected one's id."""
   seed = context.StepSeedValue()
-  return id(seed.graph) if isinstance(seed, tf.Tensor) and tf.is_symbolic_tensor(seed) else None
+  return seed.graph if isinstance(seed, tf.Tensor) and tf.is_symbolic_tensor(seed) else None
 
 
 def ExpandedLayers(layers):

@@ -53,7 +53,8 @@ def Units(model, cut_at=None):
     units = []
     for layer in layers:
       units.append((layer, shape))
-      shape = layer.compute_output_shape(shape) if shape is not None else None
+      # compute_output_spec, not compute_output_shape, which custom layers often leave out.
+      shape = tuple(layer.compute_output_spec(keras.KerasTensor(shape)).shape) if shape is not None else None
     return units
   if IsFunctional(model):
     return _FunctionalUnits(model, cut_at)

@@ -156,6 +156,13 @@ class Pipeline(keras.Model):
     if y is None:
       raise errors.ConfigError('lingpipe.keras.Pipeline %r: schedule %r computes the compiled loss per '
                                'micro-batch and needs targets: fit(x, y).' % (self.name, self.pipeline.params.schedule))
+    losses = self.loss.values() if isinstance(self.loss, dict) else tf.nest.flatten(self.loss)
+    summed = [loss for loss in losses if getattr(loss, 'reduction', None) == 'sum']
+    if summed:  # The mean of the micro-batches' sums would be 1/M of the batch's sum.
+      raise errors.ConfigError(
+          "lingpipe.keras.Pipeline %r: schedule %r averages the micro-batches' losses, and %s sums over the batch "
+          "(reduction='sum'). Use reduction='sum_over_batch_size' (scale the learning rate by the batch size), "
+          "or schedule='gpipe'." % (self.name, self.pipeline.params.schedule, type(summed[0]).__name__))
     targets = {'y': _Tensors(y)}
     if sample_weight is not None:
       targets['sample_weight'] = _Tensors(sample_weight)
