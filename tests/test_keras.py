@@ -95,11 +95,11 @@ def test_a_dict_of_tensors_crosses_a_cut_named_by_a_list_of_layers():
   inputs = keras.Input((8,))
   a = keras.layers.Dense(8, name='a')(inputs)
   b = keras.layers.Dense(8, name='b')(inputs)
-  outputs = keras.layers.Dense(3)(keras.layers.Concatenate()([a, keras.layers.Multiply()([a, b])]))
+  outputs = keras.layers.Dense(3, name='out')(keras.layers.Concatenate()([a, keras.layers.Multiply()([a, b])]))
   plain = keras.Model(inputs, outputs, name='gated')
   assert lk.NarrowPoints(plain) == ['concatenate']
   pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=4, cut_at=[['a', 'b']])
-  assert [names for _, names in pipelined.cells()] == [['a', 'b'], ['multiply', 'concatenate', 'dense']]
+  assert [names for _, names in pipelined.cells()] == [['a', 'b'], ['multiply', 'concatenate', 'out']]
   x, y = _Data()
   loss, grads = _LossAndGrads(plain, x, y)
   pipelined_loss, pipelined_grads = _LossAndGrads(pipelined, x, y)

@@ -26,11 +26,14 @@ def float64():
   """Keras layers built meanwhile compute in float64. At random initialization ResNet50's gradients on these
   images are ill-conditioned in float32: feeding the plain model the same batch in reverse order moves its first
   convolution's gradient by 1.7% of the largest. In float64 the pipeline must match to 1e-9."""
+  floatx, policy = keras.config.floatx(), keras.config.dtype_policy()
   keras.config.set_floatx('float64')
+  keras.config.set_dtype_policy('float64')  # Keras caches the policy (from floatx) when it builds its first layer.
   try:
     yield
   finally:
-    keras.config.set_floatx('float32')
+    keras.config.set_floatx(floatx)
+    keras.config.set_dtype_policy(policy)
 
 
 def test_resnet50_in_four_cells_by_flops_equals_plain_resnet50_on_each_micro_batch(float64):
