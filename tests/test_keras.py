@@ -299,6 +299,8 @@ def test_what_cannot_be_pipelined_is_a_clear_error():
         np.ones((4, 3), 'float32'), training=True)
   with pytest.raises(errors.ConfigError, match='not a multiple|divisible|divide'):
     lk.Pipeline(_Mlp(seed=1), num_splits=2, num_micro_batches=5)(_Data()[0], training=True)
+  with pytest.raises(errors.ConfigError, match=r"built for inputs of shape \(None, 8\) .*and got \(24, 10\)"):
+    lk.Pipeline(_Mlp(seed=1), num_splits=2, num_micro_batches=2)(np.ones((24, 10), 'float32'))
   with pytest.raises(errors.ConfigError, match='functional keras.Model'):
     lk.Pipeline(object(), num_splits=2)
   one_f_one_b = lk.Pipeline(_Mlp(seed=1), num_splits=2, num_micro_batches=2, schedule='1f1b')

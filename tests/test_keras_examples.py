@@ -1,6 +1,9 @@
 """The Keras examples (tasks/keras/, tools/keras_example.py): keras.applications.ResNet50 and a Transformer text
 classifier as pipelines, transparent against the plain Keras models, on the data bundled in the repo."""
 
+import json
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -11,6 +14,7 @@ from lingpipe.keras import builder as lk_builder
 from lingpipe.core import errors
 from lingpipe.tasks.keras import data
 from lingpipe.tasks.keras import models
+import trainer_test_util as trainer_util
 
 _LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -104,3 +108,24 @@ def test_a_keras_builder_in_params_is_built_with_the_pipeline_and_runs_the_build
     lk.PipelineParams('lingpipe.tasks.keras.models.Mpl', input_shape=[12, 8], name='net').Instantiate()
   with pytest.raises(errors.ConfigError, match=r'pass input_shape=\[batch, \.\.\.\]'):
     lk.PipelineParams(models.Mlp)
+
+
+def test_the_trainer_trains_resumes_evaluates_and_exports_a_keras_builders_model(capsys, tmp_path):
+  logdir = str(tmp_path / 'run')
+  model = '--model=synthetic.KerasMlpGPipe'
+  code, out, _ = trainer_util.RunTrainer(capsys, model, '--logdir=' + logdir, '--max_steps=10',
+                                         '--model_params_override=' + trainer_util.FAST)
+  assert code == 0 and 'step 10/10 loss=' in out, out
+  params_text = open(os.path.join(logdir, 'params.txt')).read()
+  assert "task.network.layers[0].builder : 'lingpipe.tasks.keras.models.Mlp'" in params_text
+  code, out, _ = trainer_util.RunTrainer(capsys, model, '--logdir=' + logdir, '--max_steps=15',
+                                         '--model_params_override=' + trainer_util.FAST)
+  assert code == 0 and 'Resumed from %s/train/ckpt-10 at step 10.' % logdir in out and 'step 15/15' in out
+  code, out, _ = trainer_util.RunTrainer(capsys, model, '--logdir=' + logdir, '--mode=eval')
+  assert code == 0
+  metrics = json.load(open(os.path.join(logdir, 'eval_test', 'metrics-15.json')))['metrics']
+  assert metrics['num_examples'] == 1024 and metrics['accuracy'] > 0.5  # 4 classes; 15 steps learn them.
+  code, out, _ = trainer_util.RunTrainer(capsys, model, '--logdir=' + logdir, '--mode=export')
+  assert code == 0
+  serve = tf.saved_model.load(os.path.join(logdir, 'export', 'step_15')).signatures['serving_default']
+  np.testing.assert_allclose(serve(features=tf.zeros([3, 16]))['probs'].numpy().sum(-1), 1.0, rtol=1e-5)

@@ -35,6 +35,8 @@ flags.DEFINE_enum('model', 'cnn', ['cnn', 'resnet50', 'transformer'], 'Which exa
 flags.DEFINE_integer('epochs', 3, 'Epochs over the training sample.')
 flags.DEFINE_integer('batch_size', 100, 'Batch size (a divisor of the 500 images, or of the 9500 sentences).')
 flags.DEFINE_string('schedule', 'gpipe', "The pipeline's schedule: gpipe, 1f1b or interleaved_1f1b.")
+flags.DEFINE_integer('repeats', 1, 'Rounds of the three fits; more than 1 prints each fit\'s step time per round '
+                     'and its ratio to the plain fit of the same round.')
 FLAGS = flags.FLAGS
 
 
@@ -98,21 +100,32 @@ def main(argv):
   steps_per_epoch = -(-len(x_train) // FLAGS.batch_size)
   print('%s: %d training and %d test examples; batch %d, %d epochs.' % (
       FLAGS.model, len(x_train), len(x_test), FLAGS.batch_size, FLAGS.epochs))
-  for name, make in runs:
-    keras.utils.set_random_seed(0)
-    model = make(builder())
-    model.compile(optimizer=optimizer(),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=['accuracy'])
-    times = _StepTimes()
-    history = model.fit(x_train, y_train, batch_size=FLAGS.batch_size, epochs=FLAGS.epochs, shuffle=False,
-                        verbose=0, callbacks=[times.callback])
-    _, accuracy = model.evaluate(x_test, y_test, batch_size=FLAGS.batch_size, verbose=0)
-    if isinstance(model, lingpipe.keras.Pipeline):
-      print('%s: cells %s' % (name, '; '.join('%s: %s .. %s (%d layers)' % (d, layers[0], layers[-1], len(layers))
-                                                for d, layers in model.cells())))
-    print('%-28s loss %.4f  test accuracy %.3f  median step %.1f ms' % (
-        name, history.history['loss'][-1], accuracy, 1000 * np.median(times.times[steps_per_epoch:])))
-
+  medians = {name: [] for name, _ in runs}
+  for repeat in range(FLAGS.repeats):  # Rounds of the three fits: the machine's drift hits each alike.
+    for name, make in runs:
+      keras.utils.set_random_seed(0)
+      model = make(builder())
+      model.compile(optimizer=optimizer(),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=['accuracy'])
+      times = _StepTimes()
+      history = model.fit(x_train, y_train, batch_size=FLAGS.batch_size, epochs=FLAGS.epochs, shuffle=False,
+                          verbose=0, callbacks=[times.callback])
+      medians[name].append(1000 * np.median(times.times[steps_per_epoch:]))
+      if repeat:
+        continue
+      _, accuracy = model.evaluate(x_test, y_test, batch_size=FLAGS.batch_size, verbose=0)
+      if isinstance(model, lingpipe.keras.Pipeline):
+        print('%s: cells %s' % (name, '; '.join('%s: %s .. %s (%d layers)' % (
+            d, layers[0], layers[-1], len(layers)) for d, layers in model.cells())))
+      print('%-28s loss %.4f  test accuracy %.3f  median step %.1f ms' % (
+          name, history.history['loss'][-1], accuracy, medians[name][-1]))
+  if FLAGS.repeats > 1:
+    plain = np.asarray(medians[runs[0][0]])
+    print('Over %d rounds (median step of each fit, ms; ratio to the plain fit of the same round):' % FLAGS.repeats)
+    for name, _ in runs:
+      ratios = np.asarray(medians[name]) / plain
+      print('  %-28s %s  time ratio median %.3f (min %.3f, max %.3f)' % (
+          name, ' '.join('%.1f' % t for t in medians[name]), np.median(ratios), ratios.min(), ratios.max()))
 
 if __name__ == '__main__':
   app.run(main)

@@ -114,6 +114,7 @@ class Pipeline(keras.Model):
   def call(self, inputs, training=False):
     training = bool(training)
     inputs = keras_layer.ToLingpipe(_Tensors(inputs))
+    self._CheckInputShape(inputs)
     rows = tf.nest.flatten(inputs)[0].shape[0]
     if rows is not None and self._batch_size is None:
       self._batch_size = rows
@@ -136,6 +137,23 @@ class Pipeline(keras.Model):
     if real_rows is not None:
       outputs = tf.nest.map_structure(lambda t: t[:real_rows], outputs)
     return keras_layer.ToKeras(outputs)
+
+  def _CheckInputShape(self, inputs):
+    """A clear error for inputs of another shape than the model was built for (beyond the batch dimension)."""
+    built = self._config['input_shape']
+    if built is None:
+      return
+    given = {k: v.shape for k, v in inputs.items()} if isinstance(inputs, dict) else {None: inputs.shape}
+    expected = built if isinstance(built, dict) else {None: built}
+    for key, shape in given.items():
+      want = expected.get(key)
+      if want is None or (len(want) == len(shape) and all(
+          w is None or s is None or w == s for w, s in zip(want[1:], list(shape)[1:]))):
+        continue
+      raise errors.ConfigError(
+          'lingpipe.keras.Pipeline %r: the model was built for inputs%s of shape %s (batch first), and got %s. '
+          'Feed inputs of that shape, or build the model for this one (keras.Input(shape=%s)).' % (
+              self.name, '' if key is None else ' %r' % key, tuple(want), tuple(shape), tuple(shape[1:])))
 
   def train_step(self, data):
     """Keras's train step; for a schedule that needs the loss inside the pipeline (1F1B: a micro-batch's backward
