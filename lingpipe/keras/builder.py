@@ -2,9 +2,10 @@
 
 A registered model wraps a Keras model builder as `task.network = lingpipe.keras.PipelineParams(builder, ...)`:
 a PipeliningLayer whose units are KerasLayers, each naming the builder (its dotted name, its keyword arguments
-as literals, where to cut) and the piece of the built model it runs. The builder runs once per process for each
-distinct (builder, arguments, cut) and every piece is copied from that one model onto its cell's device, so a
-task instantiated twice starts from the same weights and the pieces fit together.
+as literals, where to cut) and the piece of the built model it runs. The builder runs once for each distinct
+(builder, arguments, cut) (the two most recent stay cached), and every piece is copied from that one model onto
+its cell's device: the pieces fit together, and a task instantiated again meanwhile (an evaluation beside
+training) starts from the same weights. A restored checkpoint overwrites them either way.
 
     p.network = lingpipe.keras.PipelineParams('lingpipe.tasks.keras.models.ResNet50', {'include_top': False},
                                               input_shape=[64, 32, 32, 3], num_splits=4, balance='flops')
