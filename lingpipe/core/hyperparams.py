@@ -51,14 +51,16 @@ def _CopyValue(value):
   return copy.deepcopy(value)
 
 
-def _ImportQualified(module_name, qualname):
+def ImportQualified(module_name, qualname):
+  """The object `qualname` (dotted: a class's member too) of module `module_name`, named in params text."""
   try:
     obj = importlib.import_module(module_name)
   except ImportError as e:
     raise errors.ConfigError('Cannot import module %r named in params text: %s' % (module_name, e)) from e
   for part in qualname.split('.'):
     if not hasattr(obj, part):
-      raise errors.ConfigError('Module %r has no %r (named in params text).' % (module_name, qualname))
+      raise errors.ConfigError('Module %r has no %r (named in params text).%s' % (
+          module_name, qualname, errors.DidYouMean(part, [n for n in dir(obj) if not n.startswith('_')])))
     obj = getattr(obj, part)
   return obj
 
@@ -98,10 +100,10 @@ def DecodeValue(text):
       raise errors.ConfigError('Unknown dtype %r.' % text) from e
   if text.startswith('type/'):
     _, module_name, qualname = text.split('/', 2)
-    return _ImportQualified(module_name, qualname)
+    return ImportQualified(module_name, qualname)
   if text.startswith('enum/'):
     _, module_name, qualname, member = text.split('/', 3)
-    cls = _ImportQualified(module_name, qualname)
+    cls = ImportQualified(module_name, qualname)
     try:
       return cls[member]
     except KeyError as e:

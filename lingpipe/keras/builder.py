@@ -13,9 +13,9 @@ training) starts from the same weights. A restored checkpoint overwrites them ei
 
 import ast
 import functools
-import importlib
 
 from lingpipe.core import errors
+from lingpipe.core import hyperparams
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.keras import cut
 
@@ -31,21 +31,10 @@ def BuilderName(builder):
   return name
 
 
-def _Import(name):
-  module_name, _, attribute = name.rpartition('.')
-  try:
-    module = importlib.import_module(module_name)
-  except ImportError as e:
-    raise errors.ConfigError('Keras model builder %r: cannot import module %r (%s).' % (name, module_name, e)) from e
-  if not hasattr(module, attribute):
-    raise errors.ConfigError('Keras model builder %r: module %r has no %r.%s' % (
-        name, module_name, attribute, errors.DidYouMean(attribute, [a for a in dir(module) if a[:1].isupper()])))
-  return getattr(module, attribute)
-
-
 @functools.lru_cache(maxsize=2)
 def _Units(name, kwargs_text, cut_at_text):
-  model = _Import(name)(**ast.literal_eval(kwargs_text))
+  module_name, _, attribute = name.rpartition('.')
+  model = hyperparams.ImportQualified(module_name, attribute)(**ast.literal_eval(kwargs_text))
   return tuple(cut.Units(model, ast.literal_eval(cut_at_text)))
 
 

@@ -55,7 +55,7 @@ class Pipeline(keras.Model):
     params = pipelining_layer.PipeliningLayer.Params().Set(
         name=self.name, num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
         schedule=schedule, virtual_stages=virtual_stages, balance=balance, devices=devices,
-        input_shapes=_ParamsShape(shapes[0]) if shapes[0] is not None else None,
+        input_shapes=self._config['input_shape'],
         layers=[keras_layer.KerasLayer.Params().Set(keras_layer=keras_layer.KerasRef(unit),
                                                     input_shape=_ParamsShape(shape) if shape is not None else None)
                 for (unit, _), shape in zip(units, shapes)])
