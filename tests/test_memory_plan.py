@@ -100,6 +100,14 @@ def test_the_tool_recommends_a_configuration_and_explains_a_miss(capsys):
     plan_pipeline.Plan(plan_pipeline._Args(['--model=synthetic.Mlp']))
 
 
+def test_the_tool_plans_a_keras_builders_model_piece_by_piece(capsys):
+  # The pipeline's one entry naming the builder stands for its 8 Dense layers (KerasLayer.ExpandUnits).
+  candidates, best = plan_pipeline.Plan(plan_pipeline._Args(
+      ['--model=synthetic.KerasMlpGPipe', '--devices=2', '--device_memory=64MiB']))
+  assert best is not None and {c.num_splits for c in candidates} == {1, 2}
+  assert 'Recommended: --model_params_override="task.network.num_splits=' in capsys.readouterr().out
+
+
 def test_inspect_prints_the_prediction_for_the_pipelines_own_k_and_m():
   import io  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import inspector  # pylint: disable=g-import-not-at-top

@@ -46,7 +46,7 @@ def Plan(args, out=None):
   if not pipelines:
     raise errors.ConfigError('Model %s has no PipeliningLayer to plan; the planner sizes pipelines.' % args.model)
   pipe = pipelines[0].params
-  layers = list(pipe.layers or pipe.cell_tpl)
+  layers = pipelining_layer.ExpandedLayers(pipe.layers) if pipe.layers else list(pipe.cell_tpl)
   shapes = pipe.input_shapes
   if shapes is None:
     raise errors.ConfigError('Model %s: its pipeline %s has no input_shapes; set task.network.input_shapes to one '
