@@ -90,6 +90,20 @@ def test_a_functional_model_is_cut_where_it_narrows_and_stays_transparent(k, m, 
     np.testing.assert_array_equal(w_pipelined, w_plain)
 
 
+def test_units_are_placed_by_estimated_flops_unless_told_otherwise():
+  plain = keras.Sequential([keras.Input((32, 32, 3)), keras.layers.Rescaling(1 / 255, name='scale'),
+                            keras.layers.Flatten(name='flat'), keras.layers.Dense(64, name='wide'),
+                            keras.layers.Dense(64, name='mid'), keras.layers.Dense(10, name='out')])
+  names = lambda pipelined: [names for _, names in pipelined.cells()]
+  # By count, the weightless layers would take a cell of their own; 'wide' has 95% of the flops.
+  assert names(lk.Pipeline(plain, num_splits=2)) == [['scale', 'flat', 'wide'], ['mid', 'out']]
+  assert names(lk.Pipeline(plain, num_splits=2, balance='uniform')) == [['scale', 'flat'], ['wide', 'mid', 'out']]
+  # Where Keras cannot infer a layer's output shape (it is built by its first call), layers are counted.
+  unknown = lk.Pipeline([keras.layers.Dense(4), _Counter()], num_splits=2, input_shape=(None, 8))
+  assert unknown.get_config()['balance'] == 'uniform'
+  assert lk.Pipeline(plain, num_splits=2).get_config()['balance'] == 'flops'
+
+
 def test_a_dict_of_tensors_crosses_a_cut_named_by_a_list_of_layers():
   keras.utils.set_random_seed(4)
   inputs = keras.Input((8,))

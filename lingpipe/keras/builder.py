@@ -49,7 +49,8 @@ def PipelineParams(builder, builder_kwargs=None, cut_at=None, input_shape=None, 
   The model is built when the pipeline is (after the trainer has set up its devices), not here: `layers` holds
   one KerasLayer entry with unit=None, which the pipeline expands into one KerasLayer per piece.
   input_shape: the shape of an input batch, batch dimension first (a list, or a dict of lists).
-  pipeline_params: num_splits, num_micro_batches, remat, schedule, balance, ...
+  pipeline_params: num_splits, num_micro_batches, remat, schedule, balance (default 'flops', as
+    lingpipe.keras.Pipeline's where the input shape is known), ...
   """
   from lingpipe.keras import keras_layer  # pylint: disable=g-import-not-at-top  (keras_layer imports this file)
   name = BuilderName(builder)
@@ -60,4 +61,5 @@ def PipelineParams(builder, builder_kwargs=None, cut_at=None, input_shape=None, 
   layer = keras_layer.KerasLayer.Params().Set(
       name=name.rpartition('.')[2].lower(), builder=name, builder_kwargs=dict(builder_kwargs or {}), cut_at=cut_at,
       unit=None, input_shape=shape)
+  pipeline_params.setdefault('balance', 'flops')
   return pipelining_layer.PipeliningLayer.Params().Set(layers=[layer], input_shapes=shape, **pipeline_params)

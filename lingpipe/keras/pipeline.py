@@ -38,19 +38,24 @@ class Pipeline(keras.Model):
   input_shape: the shape of a batch, for layers that are not built yet.
   batch_size: the largest batch; batches whose size Keras leaves open when it traces (after a smaller last batch,
     or from a dataset batched without drop_remainder) are padded to it. Default: the first static batch size.
+  balance: how units are placed in cells (PipeliningLayer's balance). Default: 'flops' (each unit's estimated
+    forward flops) where the input shape is known, else 'uniform' (unit counts). A Keras model often starts with
+    weightless layers (Rescaling, Flatten) that counting would give a cell of their own.
   """
 
   def __init__(self, model, num_splits=1, num_micro_batches=1, remat='always', schedule='gpipe', virtual_stages=1,
-               balance='uniform', devices=None, cut_at=None, input_shape=None, batch_size=None, name=None,
+               balance=None, devices=None, cut_at=None, input_shape=None, batch_size=None, name=None,
                **kwargs):
     super().__init__(name=name or 'pipeline', **kwargs)
-    self._config = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
-                        schedule=schedule, virtual_stages=virtual_stages, balance=balance,
-                        devices=list(devices) if devices else None, batch_size=batch_size)
     units = cut.Units(model, cut_at)
     if input_shape is not None and units[0][1] is None:  # The model's own input shape wins.
       units[0] = (units[0][0], input_shape)
-    shapes = _Shapes(units)
+    shapes = _Shapes(units)  # Each unit's input shape, and the last one's output shape.
+    if balance is None:  # Flops need every shape; a layer Keras cannot infer shapes for is built by its first call.
+      balance = 'flops' if all(shape is not None for shape in shapes) else 'uniform'
+    self._config = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
+                        schedule=schedule, virtual_stages=virtual_stages, balance=balance,
+                        devices=list(devices) if devices else None, batch_size=batch_size)
     self._config['input_shape'] = _ParamsShape(shapes[0]) if shapes[0] is not None else None
     params = pipelining_layer.PipeliningLayer.Params().Set(
         name=self.name, num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
@@ -58,7 +63,7 @@ class Pipeline(keras.Model):
         input_shapes=self._config['input_shape'],
         layers=[keras_layer.KerasLayer.Params().Set(keras_layer=keras_layer.KerasRef(unit),
                                                     input_shape=_ParamsShape(shape) if shape is not None else None)
-                for (unit, _), shape in zip(units, shapes)])
+                for (unit, _), shape in zip(units, shapes[:-1])])
     self._pipeline = _Held(params.Instantiate())
     self._batch_size = batch_size  # Set by the first batch of static size when not given.
     self._has_batch_norm = any(layer.MovingStatsTargets() for layer in self.pipeline.Walk())
@@ -301,7 +306,8 @@ def _Tensors(inputs):
 
 
 def _Shapes(units):
-  """Each unit's input shape, following the known ones through compute_output_shape."""
+  """Each unit's input shape, then the last unit's output shape, following the known ones through
+  compute_output_spec (None where unknown)."""
   shapes, shape = [], None
   for unit, given in units:
     shape = given if given is not None else shape
@@ -312,7 +318,7 @@ def _Shapes(units):
         shape = tf.nest.map_structure(lambda s: tuple(s.shape), spec)
       except Exception:  # pylint: disable=broad-except
         shape = None  # The unit will be built by its first call.
-  return shapes
+  return shapes + [shape]
 
 
 def _ParamsShape(shape):
