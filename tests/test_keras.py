@@ -168,7 +168,8 @@ def _Fit(model, x, y, epochs=1):
 @pytest.mark.parametrize('schedule,k,m,remat,v', [('1f1b', 2, 4, 'always', 1), ('1f1b', 3, 6, 'never', 1),
                                                   ('1f1b', 4, 8, 'except_last', 1),
                                                   ('interleaved_1f1b', 2, 4, 'always', 2),
-                                                  ('interleaved_1f1b', 2, 3, 'never', 2)])
+                                                  ('interleaved_1f1b', 2, 3, 'never', 2),
+                                                  ('zero_bubble', 2, 4, 'always', 1), ('zero_bubble', 3, 6, 'never', 1)])
 def test_fit_with_the_loss_inside_the_pipeline_gives_plain_fits_weights_loss_and_metrics(schedule, k, m, remat, v):
   x, y = _Data(rows=72)  # 3 steps of 24 rows.
   plain = _RegularizedMlp(seed=k + m)
@@ -186,7 +187,7 @@ def test_batch_norm_and_dropout_train_alike_under_every_schedule():
   x, y = _Data(rows=48)
   extra = lambda: [keras.layers.BatchNormalization(), keras.layers.Dropout(0.3, seed=3)]
   results = []
-  for schedule, v in (('gpipe', 1), ('1f1b', 1), ('interleaved_1f1b', 2)):
+  for schedule, v in (('gpipe', 1), ('1f1b', 1), ('interleaved_1f1b', 2), ('zero_bubble', 1)):
     pipelined = lk.Pipeline(_RegularizedMlp(seed=4, extra=extra()), num_splits=2, num_micro_batches=4,
                             schedule=schedule, virtual_stages=v)
     results.append((_Fit(pipelined, x, y, epochs=2)['loss'], pipelined.get_weights()))

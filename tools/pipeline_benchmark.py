@@ -318,8 +318,8 @@ def ReluStack(num_layers=8, batch=2048, dim=1024):
 
 
 def ScheduleTable(model, k, m):
-  """Peak memory and step time of each schedule (gpipe, 1f1b) x remat (never, always), with the loss (a squared
-  error per row) inside the pipeline where the schedule needs it (FPropWithLoss)."""
+  """Peak memory and step time of each schedule (gpipe, 1f1b, zero_bubble) x remat (never, always), with the loss
+  (a squared error per row) inside the pipeline where the schedule needs it (FPropWithLoss)."""
   print('\n## Schedules, %s, K=%d, M=%d: peak memory above the weights and step time' % (model.name, k, m))
 
   def Loss(outputs, targets):
@@ -329,7 +329,7 @@ def ScheduleTable(model, k, m):
 
   out = {}
   for remat in ('never', 'always'):
-    for name in ('gpipe', '1f1b'):
+    for name in ('gpipe', '1f1b', 'zero_bubble'):
       _COUNTER[0] += 1
       pipe = pipelining_layer.PipeliningLayer.Params().Set(
           name='sched%d' % _COUNTER[0], layers=[l.Copy() for l in model.layers], num_splits=k, num_micro_batches=m,
@@ -347,15 +347,20 @@ def ScheduleTable(model, k, m):
       out['%s_%s' % (name, remat)] = dict(peak_mib=PeakMiB(Step, model.inputs), step_s=step_s)
     layers = memory_plan.DescribeLayers(model.layers, model.inputs.shape.as_list())
     counts = partition.BalanceByCost([1] * len(model.layers), k)
-    for name in ('gpipe', '1f1b'):  # The planner's prediction, as in RematTable.
+    for name in ('gpipe', '1f1b', 'zero_bubble'):  # The planner's prediction, as in RematTable.
       cells = memory_plan.CellMemories(layers, counts, m, remat, schedule=name)
       out['%s_%s' % (name, remat)]['predicted_mib'] = memory_plan.StepBytes(cells) / 2**20
-    gpipe, one = out['gpipe_%s' % remat], out['1f1b_%s' % remat]
+    gpipe, one, zero = out['gpipe_%s' % remat], out['1f1b_%s' % remat], out['zero_bubble_%s' % remat]
     print('remat=%-6s gpipe peak %7.1f MiB step %.3f s | 1f1b peak %7.1f MiB step %.3f s | 1f1b/gpipe memory '
           '%.2fx, time %.2fx; planner/measured gpipe %.2f, 1f1b %.2f' % (
               remat, gpipe['peak_mib'], gpipe['step_s'], one['peak_mib'], one['step_s'],
               one['peak_mib'] / gpipe['peak_mib'], one['step_s'] / gpipe['step_s'],
               gpipe['predicted_mib'] / gpipe['peak_mib'], one['predicted_mib'] / one['peak_mib']), flush=True)
+    print('remat=%-6s zero_bubble peak %7.1f MiB step %.3f s | zero_bubble/gpipe memory %.2fx, time %.2fx; '
+          'zero_bubble/1f1b time %.2fx; planner/measured %.2f' % (
+              remat, zero['peak_mib'], zero['step_s'], zero['peak_mib'] / gpipe['peak_mib'],
+              zero['step_s'] / gpipe['step_s'], zero['step_s'] / one['step_s'],
+              zero['predicted_mib'] / zero['peak_mib']), flush=True)
   return out
 
 

@@ -15,6 +15,10 @@ before the first step unrolled). Ticks before the loop run unrolled and give eve
 tick whose actions keep activations on a GradientTape (remat 'never', the last micro-batch of 'except_last') is
 never looped: a tape cannot outlive a loop iteration.
 
+A plan that splits the backward ('zero_bubble') traces its cells inline instead (Cells.body), so that a BACKWARD
+can leave the weight gradients to its WEIGHT action (split_backward.py); on one device the runtime may then
+interleave the ops of neighbouring actions.
+
 What a later action needs lives in the typed state: messages in flight, what each forward kept (cell inputs in
 TensorArrays on the cell's device, or tapes), the last cell's outputs, the first cell's input gradients, each
 cell's batch-norm moments (moments.Moments, merged over micro-batches on the cell's device) and each cell's
@@ -26,6 +30,7 @@ from typing import Any, Callable, Dict, List, NamedTuple
 import tensorflow as tf
 
 from lingpipe.gpipe import schedule as schedule_lib
+from lingpipe.gpipe import split_backward
 from lingpipe.gpipe import timeline
 
 
@@ -36,12 +41,15 @@ class Cells(NamedTuple):
   backward[k](inputs, upstream, index, params, accumulated) -> (input grads, accumulated + param grads[, stamps]);
   taped_backward(params, inputs, upstream, tape, outputs) -> (input grads, param grads); zeros[k]() -> cell k's
   zero gradients. The [start, end] outputs exist when `stamped` (timeline.Stamped).
+  body[k](inputs, index, params, recomputing) -> (outputs, moments): cell k's forward traced inline (plans that split
+  the backward record it, split_backward.py; `recomputing` discards the moments).
   """
   devices: List[str]
   params: List[List[tf.Tensor]]
   forward: List[Callable]
   backward: List[Callable] = None
   taped_backward: Callable = None
+  body: List[Callable] = None
 
 
 class State(NamedTuple):
@@ -174,8 +182,8 @@ def _Run(state, action, m, num_micro, device, waits_for, call, stamped, recordin
   if stamped:
     *outputs, stamps = call()
     outputs = tuple(outputs)
-  else:
-    outputs, stamps = timeline.Timed(device, waits_for, call)
+  else:  # The start waits for the action's inputs and for the device's previous action.
+    outputs, stamps = timeline.Timed(device, [waits_for, state.last.get(action.device, [])], call)
     stamps = tf.stack(stamps)
   key = (action.kind, action.cell)
   with tf.device(device):
@@ -195,11 +203,14 @@ class _Interpreter:
     # An unrolled phase with a loss (1F1B) keeps cell inputs as tensors, freed once their backward read them (a
     # TensorArray frees nothing until the step ends, which kept all M micro-batches' inputs alive).
     self.kept_inputs = {}
+    self.split = plan.splits_backward
+    self.pending = {}  # {(micro-batch, cell): split_backward.Pending} between a split BACKWARD and its WEIGHT
 
   def __call__(self, a, m, state):
     if a.kind == schedule_lib.SEND:
       return self.Send(a, state)
-    return (self.Forward if a.kind == schedule_lib.FORWARD else self.Backward)(a, m, state)
+    return {schedule_lib.FORWARD: self.Forward, schedule_lib.BACKWARD: self.Backward,
+            schedule_lib.WEIGHT: self.Weight}[a.kind](a, m, state)
 
   def Send(self, a, state):
     sent = HandOff(state.produced.pop(a.cell), self.cells.devices[a.to_cell])
@@ -224,7 +235,14 @@ class _Interpreter:
     like.setdefault(k, cell_in)
     call = lambda: cells.forward[k](cell_in, Index(m), cells.params[k])
     with tf.device(device), tf.control_dependencies(state.last.get(a.device, [])):
-      if a.keep == schedule_lib.KEEP_ACTIVATIONS:
+      if a.keep == schedule_lib.KEEP_ACTIVATIONS and self.split:
+        def Recorded():
+          recorded = split_backward.Record(lambda x, params: cells.body[k](x, Index(m), params, False), cell_in,
+                                           cells.params[k])
+          tapes[(m, k)] = recorded[2]
+          return recorded[:2]
+        cell_out, moments = _Run(state, a, m, num_micro, device, cell_in, Recorded, False, self.recording)
+      elif a.keep == schedule_lib.KEEP_ACTIVATIONS:
         tape = tf.GradientTape(watch_accessed_variables=False)
         with tape:
           tape.watch([x for x in tf.nest.flatten(cell_in) if x.dtype.is_floating])
@@ -263,6 +281,8 @@ class _Interpreter:
         cell_in = self.kept_inputs.pop((m, k))
       else:  # Stashed by the forward phase (GPipe).
         cell_in = _Read(kept.stash[k], m, kept.like[k], device)
+    elif self.split:
+      recorded = kept.tapes.pop((m, k))
     else:
       cell_in, cell_out, tape = kept.tapes.pop((m, k))
     if k < self.plan.num_cells - 1:
@@ -271,6 +291,9 @@ class _Interpreter:
       upstream = tf.nest.pack_sequence_as(kept.like[k + 1], [received.get(i) for i in range(len(flat))])
     else:
       upstream = self.dy.pop(m) if self.loss is not None else self.upstreams.At(m)
+    if self.split:
+      return self._InputGradients(a, m, state, cell_in if a.recompute else None, upstream,
+                                  None if a.recompute else recorded)
     with tf.device(device), tf.control_dependencies(state.last.get(a.device, [])):
       # A cell's first backward starts the sum with its own gradients (no zeros to add them to: one weights-sized
       # fill and add fewer per cell and step).
@@ -295,6 +318,50 @@ class _Interpreter:
       # (dense workload, one process), measured side by side. Where forwards follow (1F1B), they must wait for
       # the backward, or they run ahead and keep every micro-batch's activations alive.
       state.last[a.device] = list(state.accumulated[k]) if self.loss is not None else []
+    return state
+
+  def _InputGradients(self, a, m, state, cell_in, upstream, recorded):
+    """A split BACKWARD: the input gradients (re-computing the forward from `cell_in`, or from the forward's
+    `recorded` tapes); what the weight gradients need waits for the WEIGHT action."""
+    cells, k = self.cells, a.cell
+    device = cells.devices[k]
+    with tf.device(device), tf.control_dependencies(state.last.get(a.device, [])):
+      def Call():
+        nonlocal recorded
+        if recorded is None:
+          with tf.control_dependencies([g for g in tf.nest.flatten(upstream) if g is not None]):
+            gated = tf.nest.map_structure(tf.identity, cell_in)  # Re-compute once the gradient has arrived.
+          recorded = split_backward.Record(lambda x, params: cells.body[k](x, Index(m), params, True), gated,
+                                           cells.params[k])[2]
+        in_grads, self.pending[(m, k)] = split_backward.InputGrads(recorded, upstream)
+        return in_grads
+      in_grads = _Run(state, a, m, self.plan.num_micro_batches, device, [cell_in, upstream], Call, False,
+                      self.recording)
+    floats = [g for g in in_grads if g is not None]
+    if k > 0:
+      state.produced[k] = in_grads
+    else:
+      state.input_grads[0] = _Write(state.input_grads.get(0), m, floats, self.plan.num_micro_batches, device)
+    # The device's next action waits for all B computed: its input gradients, and (cell 0's inputs may have none,
+    # e.g. token ids) the activation gradients it leaves for W.
+    pending = self.pending[(m, k)]
+    state.last[a.device] = floats + [g for grads in pending.read_grads if grads for g in grads if g is not None] + [
+        g for g in pending.swept if g is not None]
+    return state
+
+  def Weight(self, a, m, state):
+    """A WEIGHT action: the deferred weight gradients of micro-batch m's split BACKWARD, added to the sum."""
+    k, device = a.cell, self.cells.devices[a.cell]
+    pending = self.pending.pop((m, k))
+    with tf.device(device), tf.control_dependencies(state.last.get(a.device, [])):
+      acc = state.accumulated.get(k)
+
+      def Call():
+        grads = split_backward.WeightGrads(pending)
+        return grads if acc is None else [x + g for x, g in zip(acc, grads)]
+      state.accumulated[k] = list(_Run(state, a, m, self.plan.num_micro_batches, device, acc or [], Call, False,
+                                       self.recording))
+    state.last[a.device] = list(state.accumulated[k])
     return state
 
 
@@ -353,4 +420,6 @@ def Step(plan, cells, micro, loss, recorder=None, name=''):
   state = _RunPhase(plan, schedule_lib.STEP, run, _EmptyState(), loop=False)
   _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
+  if plan.splits_backward:
+    _Record(recorder, name, timeline.WEIGHT, cells.devices, state, plan)
   return _InputGrads(state, run.kept.like[0]), state.accumulated, _Moments(state)

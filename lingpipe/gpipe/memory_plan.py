@@ -143,17 +143,18 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
   'interleaved_1f1b' on `num_devices` devices) for the cut `counts` (layers per cell). What a device stashes at
   its peak comes from walking its actions in the schedule's Plan: each forward adds what it keeps for its micro-
   batch, each backward frees it. 'gpipe' keeps all M micro-batches; '1f1b' min(K-k, M) on cell k, but its gradient
-  sums exist while forwards still run."""
+  sums exist while forwards still run; 'zero_bubble' holds each micro-batch's activations until its deferred
+  weight gradients (the WEIGHT action), up to K micro-batches on every cell."""
   plan = _Plan(schedule, num_micro, len(counts), remat, num_devices)
   bounds = [0]
   for c in counts:
     bounds.append(bounds[-1] + c)
-  kept, working, weights, ends = {}, {}, {}, {}
+  kept, working, weights, ends, cell_ins = {}, {}, {}, {}, {}
   for k in range(len(counts)):
     lo, hi = bounds[k], bounds[k + 1]
     weights[k] = sum(layers.params[lo:hi]) * dtype_size
     outs = layers.out_bytes[lo:hi]
-    cell_in = layers.in_bytes if k == 0 else layers.out_bytes[lo - 1]
+    cell_in = cell_ins[k] = layers.in_bytes if k == 0 else layers.out_bytes[lo - 1]
     # Per micro-batch: what a forward keeps (its input; with its activations when taped), and the backward's
     # working set (re-computed outputs, and the gradients of the two largest).
     kept[k] = {schedule_lib.KEEP_INPUT: cell_in / num_micro,
@@ -177,7 +178,13 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
         keeps[(a.micro_batch, a.cell)] = kept[a.cell][a.keep]
         stash += keeps[(a.micro_batch, a.cell)]
         peak = max(peak, stash)
-      elif a.kind == schedule_lib.BACKWARD:
+      elif a.kind == schedule_lib.BACKWARD and plan.splits_backward:
+        # The deferred weight gradients read the activations: held from here (re-computed, or kept) to the WEIGHT.
+        held = (cell_ins[a.cell] + sum(layers.out_bytes[bounds[a.cell]:bounds[a.cell + 1]])) / num_micro
+        stash += held - keeps[(a.micro_batch, a.cell)]
+        keeps[(a.micro_batch, a.cell)] = held
+        peak = max(peak, stash)
+      elif a.kind in (schedule_lib.BACKWARD, schedule_lib.WEIGHT):
         stash -= keeps.pop((a.micro_batch, a.cell))
     w = sum(weights[k] for k in own)
     # gpipe 'never' peaks when the backward starts (everything stored, one micro-batch's gradients); the

@@ -27,6 +27,7 @@ extra fields carry skip connections and side inputs (masks, paddings) to later c
 """
 
 import contextlib
+import functools
 
 import numpy as np
 import tensorflow as tf
@@ -409,7 +410,15 @@ class PipeliningLayer(base_layer.BaseLayer):
     return executor.Cells(
         self._mesh[replica], params, [self._CellFn(k, replica, training, padding, stamped) for k in cells],
         backward=[self._BackwardFn(k, replica, padding, stamped) for k in cells] if training else None,
-        taped_backward=remat.TapedBackward)
+        taped_backward=remat.TapedBackward,
+        body=[functools.partial(self._InlineBody, k, replica, padding) for k in cells] if training else None)
+
+  def _InlineBody(self, k, r, padding, inputs, micro_batch_index, params, recomputing):
+    """Cell k in training, traced where it is called (executor.Cells.body): (outputs, moments); a re-computation
+    discards its moments (the forward already collected them)."""
+    collector = context.BatchNormStats(discard=recomputing)
+    outputs = self._Body(k, r, True, inputs, micro_batch_index, params, collector, padding)
+    return outputs, {path: part for path, (_, part) in collector.moments.items()}
 
   def GradientsByVariable(self, accumulated):
     """{variable.ref(): gradient} of the executor's {cell: accumulated parameter gradients}."""

@@ -1,8 +1,9 @@
 """Pipeline schedules as data: a Plan lists, for each device, the actions it runs, in order.
 
 Actions (`Action`): FORWARD of micro-batch m through cell k; BACKWARD of it, which either re-computes the cell's
-forward from its stored input (re-materialization, `recompute=True`) or uses the activations its forward kept; and
-SEND of cell k's result for m to the device of the cell that needs it next (activations to cell k+1 in the
+forward from its stored input (re-materialization, `recompute=True`) or uses the activations its forward kept;
+WEIGHT, in plans that split the backward ('zero_bubble'): the weight gradients of a BACKWARD that computed only
+the input gradients, deferred into what would be bubbles; and SEND of cell k's result for m to the device of the cell that needs it next (activations to cell k+1 in the
 forward, input gradients to cell k-1 in the backward). A receive is not an action: the receiving action reads the
 message, and that copy onto its device is the only edge between devices (executor.py).
 
@@ -20,6 +21,10 @@ M+K-1 ticks of each pass: the bubble, (K-1)/(M+K-1), small when M >= 4K. From ti
 busy and each tick is the previous one with every micro-batch one higher: the executor runs those ticks as one
 loop (`SteadyTicks`), so the graph does not grow with M.
 
+'1f1b', 'interleaved_1f1b' and 'zero_bubble' compute the loss inside the pipeline and interleave forwards and
+backwards in one phase (their functions below draw them); 'zero_bubble' splits each backward into BACKWARD and
+WEIGHT actions (split_backward.py).
+
 The plan also says what each forward keeps for the backward (`keep`): nothing (evaluation), the cell's input
 (re-computing backward), or its activations (taped backward), per the re-materialization policy. A new schedule
 is a new function here returning a Plan; `Check` proves it consistent before any TensorFlow runs it.
@@ -29,11 +34,11 @@ from typing import NamedTuple, Tuple
 
 from lingpipe.core import errors
 
-SCHEDULES = ('gpipe', '1f1b', 'interleaved_1f1b')
+SCHEDULES = ('gpipe', '1f1b', 'interleaved_1f1b', 'zero_bubble')
 # Schedules that run backwards before all forwards: the loss is computed inside the pipeline.
-NEEDS_LOSS = ('1f1b', 'interleaved_1f1b')
+NEEDS_LOSS = ('1f1b', 'interleaved_1f1b', 'zero_bubble')
 REMAT_POLICIES = ('always', 'except_last', 'never')
-FORWARD, BACKWARD, SEND, STEP = 'forward', 'backward', 'send', 'step'
+FORWARD, BACKWARD, WEIGHT, SEND, STEP = 'forward', 'backward', 'weight', 'send', 'step'
 KEEP_NOTHING, KEEP_INPUT, KEEP_ACTIVATIONS = 'nothing', 'input', 'activations'
 
 
@@ -54,7 +59,7 @@ class Action(NamedTuple):
   def __str__(self):
     if self.kind == SEND:
       return 'S%d:%d>%d' % (self.micro_batch, self.cell, self.to_cell)
-    return '%s%d' % ('F' if self.kind == FORWARD else 'B', self.micro_batch)
+    return '%s%d' % (self.kind[0].upper(), self.micro_batch)
 
 
 class Phase(NamedTuple):
@@ -71,6 +76,11 @@ class Plan(NamedTuple):
   num_devices: int
   remat: str  # None for a forward-only (evaluation) plan.
   phases: Tuple[Phase, ...]
+
+  @property
+  def splits_backward(self):
+    """Whether BACKWARD computes only input gradients, and WEIGHT actions the weight gradients."""
+    return any(a.kind == WEIGHT for phase in self.phases for tick in phase.ticks for a in tick)
 
   def Phase(self, name):
     for phase in self.phases:
@@ -140,7 +150,9 @@ def MakePlan(schedule, num_micro_batches, num_cells, remat=None, num_devices=Non
                              'devices need schedule=\'interleaved_1f1b\'.' % (schedule, num_cells, num_devices))
   elif schedule == '1f1b' and remat is not None:
     plan = _OneFOneB(num_micro_batches, num_cells, remat)
-  else:  # GPipe; and 1F1B's evaluation, a forward pass in fill-drain's order.
+  elif schedule == 'zero_bubble' and remat is not None:
+    plan = _ZeroBubble(num_micro_batches, num_cells, remat)
+  else:  # GPipe; and the evaluation of 1F1B and zero bubble, a forward pass in fill-drain's order.
     plan = _FillDrain(num_micro_batches, num_cells, remat)
   Check(plan)
   return plan
@@ -202,6 +214,55 @@ def _OneFOneB(num_micro, num_cells, remat):
   return _Interleaved(num_micro, num_cells, num_cells, remat, '1f1b')
 
 
+def _ZeroBubble(num_micro, num_cells, remat):
+  """Zero bubble, ZB-H1 (Qi et al. 2023): the backward of a cell is split into the input gradients (B, on the
+  critical path: the previous cell waits for them) and the weight gradients (W, which nothing waits for), and the
+  W actions fill what would be 1F1B's bubbles. Each device runs, whenever it is free, the first of: a backward
+  whose inputs exist, the next forward (unless K micro-batches would then wait for their W, 1F1B's peak), a
+  pending W; with F, B and W taking one time unit each. M=4, K=2:
+
+      tick    0   1   2   3   4   5   6   7   8   9   10  11  12
+      dev 0   F0  F1  .   B0  W0  B1  F2  W1  F3  B2  W2  B3  W3
+      dev 1   .   F0  B0  F1  B1  W0  W1  F2  B2  F3  B3  W2  W3
+
+  13 time units instead of 1F1B's 15: the bubble is (K-1)/(3M+K-1) for K=2 and even M (for larger K, or odd M,
+  this greedy order is a unit or two per device longer), against 1F1B's (K-1)/(M+K-1). As in 1F1B, the last
+  cell computes the loss, and a micro-batch's activations live from its forward to its W.
+  """
+  orders, end = [[] for _ in range(num_cells)], {}
+  free, next_forward, in_flight = [0] * num_cells, [0] * num_cells, [0] * num_cells
+  pending = [[] for _ in range(num_cells)]
+  t, left = 0, 3 * num_micro * num_cells
+  while left:
+    for d in range(num_cells):
+      if free[d] > t:
+        continue
+      ready = lambda *task: end.get(task, t + 1) <= t
+      action = next(((BACKWARD, m) for m in range(next_forward[d]) if (BACKWARD, m, d) not in end
+                     and ready(FORWARD, m, d) and (d == num_cells - 1 or ready(BACKWARD, m, d + 1))), None)
+      m = next_forward[d]
+      if action is None and m < num_micro and in_flight[d] < num_cells and (d == 0 or ready(FORWARD, m, d - 1)):
+        action = (FORWARD, m)
+      if action is None and pending[d]:
+        action = (WEIGHT, pending[d][0])
+      if action is None:
+        continue
+      kind, m = action
+      end[(kind, m, d)] = free[d] = t + 1
+      orders[d].append((kind, m, d))
+      left -= 1
+      if kind == FORWARD:
+        next_forward[d] += 1
+        in_flight[d] += 1
+      elif kind == BACKWARD:
+        pending[d].append(m)
+      else:
+        pending[d].pop(0)
+        in_flight[d] -= 1
+    t += 1
+  return _ListTicks('zero_bubble', orders, num_micro, num_cells, remat)
+
+
 def _Interleaved(num_micro, num_cells, num_devices, remat, name='interleaved_1f1b'):
   """Interleaved 1F1B (Narayanan et al. 2021): v = C/K cells per device, cell c on device c mod K, so each device
   holds v thin stages spread along the pipeline, and a micro-batch crosses the K devices v times. Device d runs
@@ -248,9 +309,11 @@ def _OneForwardOneBackward(forwards, backwards, warm):
 
 def _Needs(kind, micro_batch, cell, num_cells):
   """The compute actions (kind, micro-batch, cell) whose results the action reads: a forward, the previous
-  cell's forward; a backward, its own forward and the next cell's backward."""
+  cell's forward; a backward, its own forward and the next cell's backward; a weight action, its backward."""
   if kind == FORWARD:
     return [(FORWARD, micro_batch, cell - 1)] if cell > 0 else []
+  if kind == WEIGHT:
+    return [(BACKWARD, micro_batch, cell)]
   return [(FORWARD, micro_batch, cell)] + ([(BACKWARD, micro_batch, cell + 1)] if cell + 1 < num_cells else [])
 
 
@@ -275,6 +338,8 @@ def _ListTicks(name, orders, num_micro, num_cells, remat):
         tick.append(Action(FORWARD, m, k, d, keep=keep))
         if k + 1 < num_cells:
           tick.append(Action(SEND, m, k, d, to_cell=k + 1))
+      elif kind == WEIGHT:
+        tick.append(Action(WEIGHT, m, k, d))
       else:
         tick.append(Action(BACKWARD, m, k, d, recompute=not stores))
         if k > 0:
@@ -289,7 +354,7 @@ def _ListTicks(name, orders, num_micro, num_cells, remat):
 
 def Check(plan):
   """Raises ConfigError unless `plan` is runnable: every forward and (when training) backward of every
-  (micro-batch, cell) once; one compute action per device per tick; a cell's forward reads the message its
+  (micro-batch, cell) once (and, in a plan that splits the backward, its weight gradients once, after it); one compute action per device per tick; a cell's forward reads the message its
   predecessor sent for the same micro-batch (the backward's, its successor's), messages on a channel read in the
   order sent; every result a later cell needs is sent; a backward after its forward, using what the forward
   kept."""
@@ -298,7 +363,7 @@ def Check(plan):
         plan.schedule, plan.num_micro_batches, plan.num_cells, why))
 
   num_micro, num_cells = plan.num_micro_batches, plan.num_cells
-  forwarded, backwarded, device_of = {}, set(), {}
+  forwarded, backwarded, weighted, device_of = {}, set(), set(), {}
   for phase in plan.phases:
     mail, produced = {}, {}
     for t, tick in enumerate(phase.ticks):
@@ -316,6 +381,11 @@ def Check(plan):
             Fail('tick %d sends %s before cell %d produced it' % (t, a, a.cell))
           mail.setdefault((a.cell, a.to_cell), []).append(a.micro_batch)  # Read in the order sent.
           del produced[a.cell]
+          continue
+        if a.kind == WEIGHT:
+          if task not in backwarded or task in weighted:
+            Fail('weight gradients %s run before its backward or twice' % (task,))
+          weighted.add(task)
           continue
         if a.kind == FORWARD:
           sender, last = a.cell - 1, a.cell == num_cells - 1
@@ -346,6 +416,8 @@ def Check(plan):
   everything = {(m, k) for m in range(num_micro) for k in range(num_cells)}
   if set(forwarded) != everything or (plan.remat is not None and backwarded != everything):
     Fail('not every (micro-batch, cell) runs forward%s' % (' and backward' if plan.remat else ''))
+  if weighted and weighted != everything:
+    Fail('the backward is split, but not every (micro-batch, cell) computes its weight gradients')
 
 
 def SteadyTicks(phase):
@@ -369,10 +441,13 @@ def SteadyTicks(phase):
 
 def Simulate(plan, backward_cost=2.0):
   """The plan run with a forward taking 1 time unit and a backward `backward_cost` (about 2: the gradients of the
-  inputs and of the weights), hand-offs free, each device running its actions in plan order as soon as their
+  inputs and of the weights; half each where the plan splits them into BACKWARD and WEIGHT), hand-offs free, each device running its actions in plan order as soon as their
   inputs exist, and a phase starting when the previous one ended. Returns (the step's length, the fraction of it
   the devices are idle on average: the schedule's bubble)."""
   end, now, busy = {}, 0.0, [0.0] * plan.num_devices
+  costs = {FORWARD: 1.0, BACKWARD: backward_cost, WEIGHT: 0.0}
+  if plan.splits_backward:
+    costs[BACKWARD] = costs[WEIGHT] = backward_cost / 2
   for phase in plan.phases:
     free = [now] * plan.num_devices
     for tick in phase.ticks:  # A tick's actions need only earlier ticks' results.
@@ -380,7 +455,7 @@ def Simulate(plan, backward_cost=2.0):
         if a.kind == SEND:
           continue
         m, k = a.micro_batch, a.cell
-        cost = 1.0 if a.kind == FORWARD else backward_cost
+        cost = costs[a.kind]
         start = max([free[a.device]] + [end[n] for n in _Needs(a.kind, m, k, plan.num_cells)])
         end[(a.kind, m, k)] = free[a.device] = start + cost
         busy[a.device] += cost

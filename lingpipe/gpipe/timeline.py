@@ -36,7 +36,8 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 
-FORWARD, BACKWARD = 'forward', 'backward'
+FORWARD, BACKWARD, WEIGHT = 'forward', 'backward', 'weight'  # WEIGHT: zero bubble's deferred weight gradients
+_COLOURS = {FORWARD: '#4c72b0', BACKWARD: '#dd8452', WEIGHT: '#55a868'}
 _STATE = threading.local()
 
 Event = collections.namedtuple('Event', 'pipeline device cell kind micro_batch start end')
@@ -53,7 +54,7 @@ class Recorder:
     self._passes, self._plans = [], {}
 
   def Add(self, pipeline, kind, devices, rows, plan=None):
-    """One pass (kind FORWARD or BACKWARD) of `pipeline` (a name) over `devices` (one per cell): rows[k] is
+    """One pass (kind FORWARD, BACKWARD or WEIGHT) of `pipeline` (a name) over `devices` (one per cell): rows[k] is
     cell k's [M, 3] float64 tensor of (micro-batch, start, end); `plan`, the schedule.Plan it ran."""
     self._passes.append((pipeline, kind, list(devices), list(rows)))
     if plan is not None:
@@ -203,7 +204,7 @@ def ChromeTrace(events):
       trace.append(dict(name='thread_name', ph='M', pid=p, tid=cell, args=dict(name='cell %d on %s' % (cell,
                                                                                                      device))))
   for e in events:
-    trace.append(dict(name='%s %d' % ('F' if e.kind == FORWARD else 'B', e.micro_batch), cat=e.kind, ph='X',
+    trace.append(dict(name='%s %d' % (e.kind[0].upper(), e.micro_batch), cat=e.kind, ph='X',
                       ts=(e.start - origin) * 1e6, dur=(e.end - e.start) * 1e6, pid=pipelines.index(e.pipeline),
                       tid=e.cell, args=dict(micro_batch=e.micro_batch, device=e.device)))
   return dict(traceEvents=trace, displayTimeUnit='ms')
@@ -249,7 +250,7 @@ def DrawGantt(events, path, title=''):
     for e, lane in zip(own, lanes):
       left, width = (e.start - origin) * 1e3, (e.end - e.start) * 1e3
       centre = y - 0.4 + height * (lane + 0.5)
-      axes.barh(centre, width, left=left, height=height, color='#4c72b0' if e.kind == FORWARD else '#dd8452',
+      axes.barh(centre, width, left=left, height=height, color=_COLOURS[e.kind],
                 edgecolor='white', linewidth=0.5)
       if width > span_ms / 150:
         text = str(e.micro_batch) if len(cells) == 1 else '%d:%d' % (e.micro_batch, e.cell)
@@ -262,8 +263,9 @@ def DrawGantt(events, path, title=''):
   axes.set_xlabel('ms since the first action')
   axes.set_xlim(0, span_ms)
   bubble = ', '.join('%.3f' % b for b in MeasuredBubble(events).values())
-  axes.set_title((title + '\n' if title else '') + 'forward (blue), backward (orange), idle (grey); measured '
-                 'bubble %s' % bubble, fontsize=9)
+  kinds = 'forward (blue), backward (orange), ' + ('weight gradients (green), ' if any(
+      e.kind == WEIGHT for e in events) else '')
+  axes.set_title((title + '\n' if title else '') + kinds + 'idle (grey); measured bubble %s' % bubble, fontsize=9)
   figure.tight_layout()
   figure.savefig(path, dpi=110)
   pyplot.close(figure)
