@@ -169,7 +169,8 @@ def _Fit(model, x, y, epochs=1):
                                                   ('1f1b', 4, 8, 'except_last', 1),
                                                   ('interleaved_1f1b', 2, 4, 'always', 2),
                                                   ('interleaved_1f1b', 2, 3, 'never', 2),
-                                                  ('zero_bubble', 2, 4, 'always', 1), ('zero_bubble', 3, 6, 'never', 1)])
+                                                  ('zero_bubble', 2, 4, 'always', 1),
+                                                  ('zero_bubble', 3, 6, 'never', 1)])
 def test_fit_with_the_loss_inside_the_pipeline_gives_plain_fits_weights_loss_and_metrics(schedule, k, m, remat, v):
   x, y = _Data(rows=72)  # 3 steps of 24 rows.
   plain = _RegularizedMlp(seed=k + m)

@@ -118,7 +118,8 @@ _INTERLEAVED = 'schedule=interleaved_1f1b;task.network.virtual_stages=2'
 
 
 @pytest.mark.parametrize('name,override', [
-    pytest.param(name, override, marks=[pytest.mark.slow] if 'AmoebaNet' in name and override != 'schedule=1f1b' else [])
+    pytest.param(name, override,
+                 marks=[pytest.mark.slow] if 'AmoebaNet' in name and override != 'schedule=1f1b' else [])
     for name in util.PipelinedModels(steppable_only=True)
     for override in ('schedule=1f1b', _INTERLEAVED, 'schedule=zero_bubble')])
 def test_registered_models_train_a_step_with_the_loss_inside(name, override):

@@ -149,16 +149,16 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
   bounds = [0]
   for c in counts:
     bounds.append(bounds[-1] + c)
-  kept, working, weights, ends, cell_ins = {}, {}, {}, {}, {}
+  kept, working, weights, ends, activations = {}, {}, {}, {}, {}
   for k in range(len(counts)):
     lo, hi = bounds[k], bounds[k + 1]
     weights[k] = sum(layers.params[lo:hi]) * dtype_size
     outs = layers.out_bytes[lo:hi]
-    cell_in = cell_ins[k] = layers.in_bytes if k == 0 else layers.out_bytes[lo - 1]
+    cell_in = layers.in_bytes if k == 0 else layers.out_bytes[lo - 1]
     # Per micro-batch: what a forward keeps (its input; with its activations when taped), and the backward's
     # working set (re-computed outputs, and the gradients of the two largest).
-    kept[k] = {schedule_lib.KEEP_INPUT: cell_in / num_micro,
-               schedule_lib.KEEP_ACTIVATIONS: (cell_in + sum(outs)) / num_micro}
+    activations[k] = (cell_in + sum(outs)) / num_micro
+    kept[k] = {schedule_lib.KEEP_INPUT: cell_in / num_micro, schedule_lib.KEEP_ACTIVATIONS: activations[k]}
     if remat == 'except_last':
       # The last micro-batch's outputs are used (and freed) first, before anything is re-computed: at most one
       # micro-batch's outputs at a time, as with 'always'.
@@ -168,7 +168,7 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     ends[k] = sum(outs) / num_micro if remat == 'except_last' else 0  # The last micro-batch's outputs.
     if k == len(counts) - 1:  # Its outputs and their gradients: stacked (gpipe), or one micro-batch's (loss inside).
       ends[k] += 2 * outs[-1] * (1 if schedule not in schedule_lib.NEEDS_LOSS else 1 / num_micro)
-  devices = []
+  devices, splits_backward = [], plan.splits_backward
   for d in range(plan.num_devices):
     own = sorted({a.cell for a in plan.DeviceActions(d)})
     stash = peak = 0.0
@@ -178,11 +178,10 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
         keeps[(a.micro_batch, a.cell)] = kept[a.cell][a.keep]
         stash += keeps[(a.micro_batch, a.cell)]
         peak = max(peak, stash)
-      elif a.kind == schedule_lib.BACKWARD and plan.splits_backward:
+      elif a.kind == schedule_lib.BACKWARD and splits_backward:
         # The deferred weight gradients read the activations: held from here (re-computed, or kept) to the WEIGHT.
-        held = (cell_ins[a.cell] + sum(layers.out_bytes[bounds[a.cell]:bounds[a.cell + 1]])) / num_micro
-        stash += held - keeps[(a.micro_batch, a.cell)]
-        keeps[(a.micro_batch, a.cell)] = held
+        stash += activations[a.cell] - keeps[(a.micro_batch, a.cell)]
+        keeps[(a.micro_batch, a.cell)] = activations[a.cell]
         peak = max(peak, stash)
       elif a.kind in (schedule_lib.BACKWARD, schedule_lib.WEIGHT):
         stash -= keeps.pop((a.micro_batch, a.cell))

@@ -24,8 +24,19 @@ def _FloatLeaves(structure):
   return [t for t in tf.nest.flatten(structure) if t.dtype.is_floating]
 
 
-def _GradsOrZeros(grads, tensors):
+def GradsOrZeros(grads, tensors):
   return [tf.zeros_like(t) if g is None else g for g, t in zip(grads, tensors)]
+
+
+def FloatTargets(outputs, output_grads):
+  """(the float leaves of `outputs`, their upstream gradients: zeros for None, cast to the leaf's dtype), the
+  targets and output_gradients of a tape gradient."""
+  float_outputs, float_grads = [], []
+  for out, grad in zip(tf.nest.flatten(outputs), tf.nest.flatten(output_grads)):
+    if out.dtype.is_floating:
+      float_outputs.append(out)
+      float_grads.append(tf.zeros_like(out) if grad is None else tf.cast(grad, out.dtype))
+  return float_outputs, float_grads
 
 
 def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None):
@@ -50,16 +61,12 @@ def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None):
       tape.watch(float_inputs)
       tape.watch(variables)
       outputs = fn(gated_inputs)
-  float_outputs, float_grads = [], []
-  for out, grad in zip(tf.nest.flatten(outputs), tf.nest.flatten(output_grads)):
-    if out.dtype.is_floating:
-      float_outputs.append(out)
-      float_grads.append(tf.zeros_like(out) if grad is None else tf.cast(grad, out.dtype))
+  float_outputs, float_grads = FloatTargets(outputs, output_grads)
   grads = tape.gradient(float_outputs, list(variables) + float_inputs, output_gradients=float_grads)
   # Dense: a pipeline sums them over micro-batches (IndexedSlices, e.g. of an embedding, do not add up).
-  var_grads = [tf.convert_to_tensor(g) for g in _GradsOrZeros(grads[:len(variables)], variables)]
+  var_grads = [tf.convert_to_tensor(g) for g in GradsOrZeros(grads[:len(variables)], variables)]
   with tf.control_dependencies(var_grads):  # (2) the previous segment waits for this one's weight gradients.
-    in_grads = iter(_GradsOrZeros(grads[len(variables):], float_inputs))
+    in_grads = iter(GradsOrZeros(grads[len(variables):], float_inputs))
     input_grads = [tf.identity(next(in_grads)) if t.dtype.is_floating else None for t in flat_inputs]
   return input_grads, var_grads
 

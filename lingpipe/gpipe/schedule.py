@@ -3,9 +3,10 @@
 Actions (`Action`): FORWARD of micro-batch m through cell k; BACKWARD of it, which either re-computes the cell's
 forward from its stored input (re-materialization, `recompute=True`) or uses the activations its forward kept;
 WEIGHT, in plans that split the backward ('zero_bubble'): the weight gradients of a BACKWARD that computed only
-the input gradients, deferred into what would be bubbles; and SEND of cell k's result for m to the device of the cell that needs it next (activations to cell k+1 in the
-forward, input gradients to cell k-1 in the backward). A receive is not an action: the receiving action reads the
-message, and that copy onto its device is the only edge between devices (executor.py).
+the input gradients, deferred into what would be bubbles; and SEND of cell k's result for m to the device of the
+cell that needs it next (activations to cell k+1 in the forward, input gradients to cell k-1 in the backward). A
+receive is not an action: the receiving action reads the message, and that copy onto its device is the only edge
+between devices (executor.py).
 
 GPipe's fill-drain schedule ('gpipe'), M=4 micro-batches through K=3 cells, cell k on device k; Fm is the
 forward and Bm the backward of micro-batch m, each column a clock tick:
@@ -354,10 +355,10 @@ def _ListTicks(name, orders, num_micro, num_cells, remat):
 
 def Check(plan):
   """Raises ConfigError unless `plan` is runnable: every forward and (when training) backward of every
-  (micro-batch, cell) once (and, in a plan that splits the backward, its weight gradients once, after it); one compute action per device per tick; a cell's forward reads the message its
-  predecessor sent for the same micro-batch (the backward's, its successor's), messages on a channel read in the
-  order sent; every result a later cell needs is sent; a backward after its forward, using what the forward
-  kept."""
+  (micro-batch, cell) once (and, in a plan that splits the backward, its weight gradients once, after it); one
+  compute action per device per tick; a cell's forward reads the message its predecessor sent for the same
+  micro-batch (the backward's, its successor's), messages on a channel read in the order sent; every result a
+  later cell needs is sent; a backward after its forward, using what the forward kept."""
   def Fail(why):
     raise errors.ConfigError('Schedule %r is inconsistent (M=%d, K=%d): %s' % (
         plan.schedule, plan.num_micro_batches, plan.num_cells, why))
@@ -441,8 +442,9 @@ def SteadyTicks(phase):
 
 def Simulate(plan, backward_cost=2.0):
   """The plan run with a forward taking 1 time unit and a backward `backward_cost` (about 2: the gradients of the
-  inputs and of the weights; half each where the plan splits them into BACKWARD and WEIGHT), hand-offs free, each device running its actions in plan order as soon as their
-  inputs exist, and a phase starting when the previous one ended. Returns (the step's length, the fraction of it
+  inputs and of the weights; half each where the plan splits them into BACKWARD and WEIGHT), hand-offs free,
+  each device running its actions in plan order as soon as their inputs exist, and a phase starting when the
+  previous one ended. Returns (the step's length, the fraction of it
   the devices are idle on average: the schedule's bubble)."""
   end, now, busy = {}, 0.0, [0.0] * plan.num_devices
   costs = {FORWARD: 1.0, BACKWARD: backward_cost, WEIGHT: 0.0}

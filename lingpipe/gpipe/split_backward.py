@@ -29,6 +29,7 @@ from typing import Any, List, NamedTuple
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.gpipe import remat
 
 
 class Recorded(NamedTuple):
@@ -93,23 +94,16 @@ def InputGrads(recorded, upstream):
   """(gradients of the recorded inputs, per tf.nest.flatten(inputs), None for non-float leaves; Pending)."""
   flat_inputs = tf.nest.flatten(recorded.inputs)
   float_inputs = [t for t in flat_inputs if t.dtype.is_floating]
-  outputs, output_grads = [], []
-  for out, grad in zip(tf.nest.flatten(recorded.outputs), tf.nest.flatten(upstream)):
-    if out.dtype.is_floating:
-      outputs.append(out)
-      output_grads.append(tf.zeros_like(out) if grad is None else tf.cast(grad, out.dtype))
+  outputs, output_grads = remat.FloatTargets(recorded.outputs, upstream)
   reads = [_ReadingOp(p) for p in recorded.params]
   shared = [p for p, read in zip(recorded.params, reads) if read is None]
   sources = float_inputs + [t for read in reads if read for t in read] + shared
   grads = iter(recorded.tape.gradient(outputs, sources, output_gradients=output_grads))
-  input_grads = [next(grads) for _ in float_inputs]
+  input_grads = iter(remat.GradsOrZeros([next(grads) for _ in float_inputs], float_inputs))
   read_grads = [[next(grads) for _ in read] if read else None for read in reads]
-  swept = {id(p): next(grads) for p in shared}
-  in_grads = iter(input_grads)
-  flat = [(lambda g, t: tf.zeros_like(t) if g is None else g)(next(in_grads), t) if t.dtype.is_floating else None
-          for t in flat_inputs]
-  return flat, Pending(recorded.params, recorded.param_tapes, reads, read_grads,
-                       [swept.get(id(p)) for p in recorded.params])
+  swept = [None if read else next(grads) for read in reads]  # In the order of `shared`.
+  flat = [next(input_grads) if t.dtype.is_floating else None for t in flat_inputs]
+  return flat, Pending(recorded.params, recorded.param_tapes, reads, read_grads, swept)
 
 
 def WeightGrads(pending):
