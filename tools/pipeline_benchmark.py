@@ -24,7 +24,8 @@ Tables:
      per core, each cell in its own pinned process, is section multiprocess;
   3. K=1, M=1 pipeline overhead against the plain model (remat never and always);
   4. peak memory (get_memory_info) and step time per remat policy, with the analytic bound for remat=always and
-     the memory planner's prediction; and (section schedules) per schedule, gpipe against 1f1b;
+     the memory planner's prediction; and (section schedules) per schedule x remat, against gpipe, for the dense
+     stack at batch 2048 and Table 1's Transformer (or --workload), K=2, M=8;
   5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32;
   6. the machine's own ceiling: two independent copies of the plain model on two devices in one step against
      one copy, i.e. the best any 2-way split can do here (shared caches, memory bandwidth, clock boost);
@@ -317,50 +318,55 @@ def ReluStack(num_layers=8, batch=2048, dim=1024):
                inputs)
 
 
-def ScheduleTable(model, k, m):
-  """Peak memory and step time of each schedule (gpipe, 1f1b, zero_bubble) x remat (never, always), with the loss
-  (a squared error per row) inside the pipeline where the schedule needs it (FPropWithLoss)."""
-  print('\n## Schedules, %s, K=%d, M=%d: peak memory above the weights and step time' % (model.name, k, m))
+SCHEDULES = ('gpipe', '1f1b', 'interleaved_1f1b', 'zero_bubble')
 
-  def Loss(outputs, targets):
-    rows = tf.cast(tf.shape(outputs)[0], outputs.dtype)
-    loss = tf.reduce_sum(tf.square(outputs - targets)) / rows
-    return loss, {'loss': (loss, rows)}
 
+def _SquaredOutputs(outputs, unused_targets):
+  """A loss for any workload (its outputs' squared sum per example), with a per-example weight (FPropWithLoss)."""
+  x = outputs.x if isinstance(outputs, dict) else outputs
+  rows = tf.cast(tf.shape(x)[0], x.dtype)
+  loss = tf.reduce_sum(tf.square(x)) / rows
+  return loss, {'loss': (loss, rows)}
+
+
+def ScheduleTable(model, k, m, virtual_stages=2):
+  """Peak memory and step time of each schedule x remat (never, always), gpipe's loss outside the pipeline and
+  the others' inside (FPropWithLoss), beside the memory planner's prediction for the same cut; ratios to gpipe."""
+  print('\n## Schedules, %s, K=%d, M=%d (interleaved v=%d): peak memory above the weights and step time' % (
+      model.name, k, m, virtual_stages))
+  print('%-6s %-17s %9s %9s %9s %8s %9s %8s' % ('remat', 'schedule', 'peak MiB', '/gpipe', 'planner', '/peak',
+                                                 'step s', '/gpipe'))
+  shapes = tf.nest.map_structure(lambda t: t.shape.as_list(), model.inputs)
+  layers = memory_plan.DescribeLayers(model.layers, dict(shapes) if isinstance(shapes, dict) else shapes)
+  targets = tf.nest.flatten(model.inputs)[0]
   out = {}
   for remat in ('never', 'always'):
-    for name in ('gpipe', '1f1b', 'zero_bubble'):
+    for name in SCHEDULES:
       _COUNTER[0] += 1
+      v = virtual_stages if name == 'interleaved_1f1b' else 1
       pipe = pipelining_layer.PipeliningLayer.Params().Set(
-          name='sched%d' % _COUNTER[0], layers=[l.Copy() for l in model.layers], num_splits=k, num_micro_batches=m,
-          remat=remat, schedule=name).Instantiate()
+          name='sched%d' % _COUNTER[0], layers=[l.Copy() for l in model.layers], num_splits=k * v, num_micro_batches=m,
+          remat=remat, schedule=name, virtual_stages=v, balance='uniform').Instantiate()
 
       @tf.function(autograph=False)
       def Step(inputs, pipe=pipe):
         with tf.GradientTape() as tape, context.Training(True):
-          loss, _ = pipe.FPropWithLoss(inputs, tf.zeros_like(inputs), Loss)
+          loss, _ = pipe.FPropWithLoss(inputs, targets, _SquaredOutputs)
         return loss, tape.gradient(loss, pipe.trainable_variables)
 
       Step(model.inputs)
       Step(model.inputs)  # Warm-up.
       step_s = statistics.median(TimedStep(Step, model.inputs) for _ in range(ARGS.steps))
-      out['%s_%s' % (name, remat)] = dict(peak_mib=PeakMiB(Step, model.inputs), step_s=step_s)
-    layers = memory_plan.DescribeLayers(model.layers, model.inputs.shape.as_list())
-    counts = partition.BalanceByCost([1] * len(model.layers), k)
-    for name in ('gpipe', '1f1b', 'zero_bubble'):  # The planner's prediction, as in RematTable.
-      cells = memory_plan.CellMemories(layers, counts, m, remat, schedule=name)
-      out['%s_%s' % (name, remat)]['predicted_mib'] = memory_plan.StepBytes(cells) / 2**20
-    gpipe, one, zero = out['gpipe_%s' % remat], out['1f1b_%s' % remat], out['zero_bubble_%s' % remat]
-    print('remat=%-6s gpipe peak %7.1f MiB step %.3f s | 1f1b peak %7.1f MiB step %.3f s | 1f1b/gpipe memory '
-          '%.2fx, time %.2fx; planner/measured gpipe %.2f, 1f1b %.2f' % (
-              remat, gpipe['peak_mib'], gpipe['step_s'], one['peak_mib'], one['step_s'],
-              one['peak_mib'] / gpipe['peak_mib'], one['step_s'] / gpipe['step_s'],
-              gpipe['predicted_mib'] / gpipe['peak_mib'], one['predicted_mib'] / one['peak_mib']), flush=True)
-    print('remat=%-6s zero_bubble peak %7.1f MiB step %.3f s | zero_bubble/gpipe memory %.2fx, time %.2fx; '
-          'zero_bubble/1f1b time %.2fx; planner/measured %.2f' % (
-              remat, zero['peak_mib'], zero['step_s'], zero['peak_mib'] / gpipe['peak_mib'],
-              zero['step_s'] / gpipe['step_s'], zero['step_s'] / one['step_s'],
-              zero['predicted_mib'] / zero['peak_mib']), flush=True)
+      counts = partition.BalanceByCost([1] * len(model.layers), k * v)
+      cells = memory_plan.CellMemories(layers, counts, m, remat, schedule=name, num_devices=k)
+      # The peak varies from step to step (the order the runtime picks among ready ops): the median of three.
+      peak = statistics.median(PeakMiB(Step, model.inputs) for _ in range(3))
+      row = out['%s_%s' % (name, remat)] = dict(peak_mib=peak, step_s=step_s,
+                                                 predicted_mib=memory_plan.StepBytes(cells) / 2**20)
+      gpipe = out['gpipe_%s' % remat]
+      print('%-6s %-17s %9.1f %9.2f %9.1f %8.2f %9.3f %8.2f' % (
+          remat, name, row['peak_mib'], row['peak_mib'] / gpipe['peak_mib'], row['predicted_mib'],
+          row['predicted_mib'] / row['peak_mib'], step_s, step_s / gpipe['step_s']), flush=True)
   return out
 
 
@@ -437,7 +443,8 @@ def main():
   if 'remat' in sections:
     results['remat'] = RematTable(MlpStack(), 2, 8)
   if 'schedules' in sections:
-    results['schedules'] = ScheduleTable(ReluStack(), 2, 8)
+    models = Models() if ARGS.workload else [workloads.Make('dense', batch=2048), TransformerStack()]
+    results['schedules'] = {model.name: ScheduleTable(model, 2, 8) for model in models}
   if 'ttfs' in sections:
     results['time_to_first_step'] = TimeToFirstStep([4, 32] if not ARGS.quick else [4, 8])
   if 'amoebanet' in sections:

@@ -9,8 +9,9 @@ peak memory of the fullest device (weights, gradients, optimizer slots, what the
 micro-batch's working set), the bubble and the predicted speed-up over the plain model on one device, and
 recommends the fastest configuration that fits (lingpipe/gpipe/memory_plan.py says how, and what it assumes).
 It builds nothing real and runs nothing: the model's layers are read from their FPropMeta and an abstract build.
-The pipeline needs `input_shapes` (the registered pipelined models set them). Schedules: 'gpipe' and '1f1b' (the
-same bubble; 1f1b keeps fewer micro-batches in flight, so it is recommended when both are as fast).
+The pipeline needs `input_shapes` (the registered pipelined models set them). Schedules: all of schedule.SCHEDULES
+(of equal predicted speed, the one with the smaller peak is recommended). tools/plan_gpipe_paper.py checks the
+planner against the GPipe paper's largest Transformers.
 """
 
 import argparse

@@ -271,7 +271,7 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
 @contextlib.contextmanager
 def VariablesAs(layers, values):
   """Inside the block, the variables of `layers` (and their descendants) found in `values` ({variable.ref():
-  tensor}) read as those tensors: Lingvo's theta, for code that traces a layer's forward as a function of its
+  tensor}, or {AbstractVariable: tensor} for a layer built abstractly) read as those tensors: Lingvo's theta, for code that traces a layer's forward as a function of its
   parameters. The pipeline uses it to pass each cell's parameter values, read once per step, to its traced
   functions. Only for tracing: `trainable_variables` of a layer inside the block leaves the replaced variables out."""
   swapped = []
@@ -280,9 +280,10 @@ def VariablesAs(layers, values):
       for layer in top.Walk():
         for name in layer._var_names:  # pylint: disable=protected-access
           var = getattr(layer, name)
-          if not isinstance(var, AbstractVariable) and var.ref() in values:
+          key = var if isinstance(var, AbstractVariable) else var.ref()
+          if key in values:
             # object.__setattr__: a temporary value, not a new tracked attribute (tf.Module's tracking is untouched).
-            object.__setattr__(layer, name, values[var.ref()])
+            object.__setattr__(layer, name, values[key])
             swapped.append((layer, name, var))
     yield
   finally:

@@ -4,21 +4,24 @@ From the layers' FPropMeta (output shapes, flops) and parameter counts (built ab
 schedule, a remat policy, K cells and M micro-batches, each device k is predicted to hold at its peak
 
     weights          W_k = params_k x dtype size
-    gradients        W_k, twice when M > 1 and re-computing (the sum so far and a micro-batch's gradients; 'never'
-                     peaks when the backward starts, before any sum)
+    gradients        W_k, and while micro-batches are summed either one layer's more (sums traced inline: the
+                     loss inside with remat 'never', or a split backward) or W_k more (a traced backward returns
+                     its cell's gradients together); gpipe 'never' peaks when the backward starts, before any sum
     optimizer slots  slots x W_k (Adam 2, RMSProp 2, SGD 1: the optimizer's slot variables)
     stash            what the forward keeps for the backward, for the whole batch: its cell's input (remat
-                     'always'), its input and every layer output ('never'), the input and the last micro-batch's
-                     outputs ('except_last'); the last cell also holds its outputs and their gradients
-    working set      one micro-batch's backward: its re-computed layer outputs (when re-computing) and the
-                     gradients of the two largest of them
+                     'always'), its input and its activations ('never'), the input and the last micro-batch's
+                     activations ('except_last'); the last cell also holds its outputs and their gradients.
+                     Activations: each layer's output, and what its backward reads from inside it (attention
+                     probabilities, hidden units, masks), found by tracing the layer (saved_activations.py)
+    working set      one micro-batch's backward: its re-computed activations (when re-computing) and the
+                     gradients of the two largest layer outputs
 
 and the step takes, in units of one forward flop (f_k: cell k's forward flops; backward 2 f_k, re-computation
 f_k more), max_d sum_{k on d} (3 f_k + recomputed f_k) / (1 - bubble) against sum_k 3 f_k for the plain model on
 one device: the busiest device stretched by the schedule's bubble (schedule.Bubble; (M+K-1)/M for fill-drain).
 Stash and in-flight micro-batches come from walking the schedule's Plan, so every schedule is planned alike.
-Assumptions: activations are the layer outputs FPropMeta gives (a layer's internal temporaries beyond its output
-are not counted), micro-batches cost their share of the flops (small micro-batches are slower on real hardware;
+Assumptions: a backward's transient temporaries beyond the working set are not counted (nor the allocator's
+rounding), layers that cannot be traced on float inputs (token ids) count their outputs alone, micro-batches cost their share of the flops (small micro-batches are slower on real hardware;
 measure with tools/pipeline_benchmark.py), transfers are free (they are not: interleaved 1F1B makes vK-1
 hand-offs per micro-batch and pass instead of K-1, and across two pinned CPU processes here it was slower than
 GPipe; see the README).
@@ -35,6 +38,7 @@ import tensorflow as tf
 from lingpipe.core import base_layer
 from lingpipe.core import errors
 from lingpipe.gpipe import partition
+from lingpipe.gpipe import saved_activations
 from lingpipe.gpipe import schedule as schedule_lib
 
 
@@ -44,6 +48,10 @@ class Layers(NamedTuple):
   flops: Tuple[float, ...]  # forward flops per layer
   out_bytes: Tuple[int, ...]  # bytes of each layer's output
   in_bytes: int  # bytes of the batch
+  internal_bytes: Tuple[int, ...] = ()  # bytes each layer's backward reads from inside it (saved_activations.py)
+
+  def Internal(self, lo, hi):
+    return sum(self.internal_bytes[lo:hi]) if self.internal_bytes else 0
 
 
 class CellMemory(NamedTuple):
@@ -99,24 +107,29 @@ def _Shapes(input_shapes):
   return tf.TensorShape(input_shapes)
 
 
-def DescribeLayers(layer_params, input_shapes, dtype_size=4):
+def DescribeLayers(layer_params, input_shapes, dtype_size=4, trace=True):
   """Layers of `layer_params` (a flat list of layer Params) on a batch of `input_shapes` (a list, or a dict of
-  lists for NestedMap inputs). Parameter counts come from an abstract build, which allocates nothing."""
+  lists for NestedMap inputs). Parameter counts come from an abstract build, which allocates nothing; with `trace`,
+  what each layer's backward reads from inside it comes from tracing it (saved_activations.py), else only the
+  layers' outputs are counted."""
   if input_shapes is None:
     raise errors.ConfigError('The memory planner needs the input shapes of one batch: set the pipeline\'s '
                              'input_shapes (e.g. [batch, features]).')
   shapes = _Shapes(input_shapes)
   in_bytes = Bytes(shapes, dtype_size)
-  params, flops, out_bytes = [], [], []
-  with base_layer.AbstractVariables():
-    for i, p in enumerate(layer_params):
+  params, flops, out_bytes, internal = [], [], [], []
+  for i, p in enumerate(layer_params):
+    with base_layer.AbstractVariables():
       layer = p.Copy().Set(name=p.name or 'layer_%d' % i).Instantiate()
-      params.append(base_layer.NumParams(layer))
-      meta = p.cls.FPropMeta(p, shapes)
-      flops.append(float(meta.flops))
-      shapes = meta.out_shapes[0]
-      out_bytes.append(Bytes(shapes, dtype_size))
-  return Layers(tuple(params), tuple(flops), tuple(out_bytes), in_bytes)
+    params.append(base_layer.NumParams(layer))
+    saved = saved_activations.Describe(p, shapes) if trace else None
+    # Traced in float32: scaled to dtype_size.
+    internal.append(saved.internal * dtype_size // 4 if saved else 0)
+    meta = p.cls.FPropMeta(p, shapes)
+    flops.append(float(meta.flops))
+    shapes = meta.out_shapes[0]
+    out_bytes.append(Bytes(shapes, dtype_size))
+  return Layers(tuple(params), tuple(flops), tuple(out_bytes), in_bytes, tuple(internal))
 
 
 def BatchSize(input_shapes, batch_dim=0):
@@ -155,17 +168,18 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     weights[k] = sum(layers.params[lo:hi]) * dtype_size
     outs = layers.out_bytes[lo:hi]
     cell_in = layers.in_bytes if k == 0 else layers.out_bytes[lo - 1]
+    inside = sum(outs) + layers.Internal(lo, hi)  # What its backward reads, but its input.
     # Per micro-batch: what a forward keeps (its input; with its activations when taped), and the backward's
-    # working set (re-computed outputs, and the gradients of the two largest).
-    activations[k] = (cell_in + sum(outs)) / num_micro
+    # working set (re-computed activations, and the gradients of the two largest outputs).
+    activations[k] = (cell_in + inside) / num_micro
     kept[k] = {schedule_lib.KEEP_INPUT: cell_in / num_micro, schedule_lib.KEEP_ACTIVATIONS: activations[k]}
     if remat == 'except_last':
-      # The last micro-batch's outputs are used (and freed) first, before anything is re-computed: at most one
-      # micro-batch's outputs at a time, as with 'always'.
+      # The last micro-batch's activations are used (and freed) first, before anything is re-computed: at most
+      # one micro-batch's at a time, as with 'always'.
       kept[k][schedule_lib.KEEP_ACTIVATIONS] = cell_in / num_micro
-    recomputed = sum(outs) / num_micro if remat == 'always' else 0  # except_last: counted in `ends` below.
+    recomputed = inside / num_micro if remat == 'always' else 0  # except_last: counted in `ends` below.
     working[k] = recomputed + sum(sorted(outs, reverse=True)[:2]) / num_micro
-    ends[k] = sum(outs) / num_micro if remat == 'except_last' else 0  # The last micro-batch's outputs.
+    ends[k] = inside / num_micro if remat == 'except_last' else 0  # The last micro-batch's activations.
     if k == len(counts) - 1:  # Its outputs and their gradients: stacked (gpipe), or one micro-batch's (loss inside).
       ends[k] += 2 * outs[-1] * (1 if schedule not in schedule_lib.NEEDS_LOSS else 1 / num_micro)
   devices, splits_backward = [], plan.splits_backward
@@ -186,10 +200,13 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
       elif a.kind in (schedule_lib.BACKWARD, schedule_lib.WEIGHT):
         stash -= keeps.pop((a.micro_batch, a.cell))
     w = sum(weights[k] for k in own)
-    # gpipe 'never' peaks when the backward starts (everything stored, one micro-batch's gradients); the
-    # re-computing policies, and the schedules with the loss inside, hold the sum and a micro-batch's gradients
-    # together with their stash.
-    gradients = w * (2 if num_micro > 1 and (remat != 'never' or schedule != 'gpipe') else 1)
+    if num_micro == 1 or (remat == 'never' and schedule == 'gpipe'):
+      gradients = w  # 'never' peaks when the backward starts: everything stored, no sum yet.
+    elif splits_backward or (remat == 'never' and schedule in schedule_lib.NEEDS_LOSS):
+      # Traced inline, each layer's gradients are added to the sum as they come (executor.py): one layer's on top.
+      gradients = w + max(max(layers.params[bounds[k]:bounds[k + 1]] or [0]) for k in own) * dtype_size
+    else:  # A traced backward's call returns its cell's gradients together, then they are added to the sum.
+      gradients = 2 * w
     devices.append(CellMemory(d, w, gradients, slots * w, int(peak + sum(ends[k] for k in own)),
                               int(max(working[k] for k in own))))
   return devices

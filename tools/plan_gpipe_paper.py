@@ -1,0 +1,142 @@
+r"""The memory planner against the GPipe paper's largest Transformers (Huang et al. 2019, Table 1 and section 3).
+
+    python tools/plan_gpipe_paper.py
+    python tools/plan_gpipe_paper.py --optimizer_slots=1 --device_memory=16GiB
+
+The paper's set-up: Transformer layers of model depth 2048, feed-forward 8192 and 32 heads, a 32k vocabulary,
+sequences of 1024 tokens, batches of 32, 16 GiB per accelerator. Its findings: re-materialization lets one
+accelerator train a 2.7x larger model (785.8M parameters, 13 layers, against 282.2M, 3 layers), and 128
+partitions a model of 83.9B parameters (1663 layers). For each set-up this tool asks the planner
+(lingpipe/gpipe/memory_plan.py) for the most layers whose fullest device fits, over M in --micro_batches:
+
+    without re-materialization, one device   K=1, M=1, remat never (the plain model)
+    with re-materialization, one device      K=1, remat always
+    128 partitions                           K=128, remat always, schedule gpipe
+
+Assumptions, beyond the planner's own: float32 weights, gradients and slots; activations of
+--activation_bytes (4: float32; 2: bfloat16, as on the paper's TPUs); --optimizer_slots slot variables per weight
+(2: Adam); the layers are lingpipe's TransformerLayer (pre-norm, attention then
+feed-forward, their backward's internal activations traced as the planner does); the embedding and the softmax
+(each 32k x 2048) are counted on the first and the last device, with the softmax's logits and their gradient for
+one micro-batch as the last device's extra working set. The paper counts parameters the same way
+(layers plus the two tables; 1663 x 50.3M + 2 x 65.5M = 83.9B).
+"""
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PAPER = {'naive': (3, 282.2e6), 'remat': (13, 785.8e6), 'k128': (1663, 83.9e9)}
+
+
+def _Args(argv):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('--device_memory', default='16GiB', help='Memory of one accelerator.')
+  parser.add_argument('--optimizer_slots', type=int, default=2, help='Slot variables per weight (Adam: 2).')
+  parser.add_argument('--activation_bytes', type=int, default=4, choices=(2, 4),
+                      help='Bytes per activation: 4 (float32) or 2 (bfloat16, as TPUs keep them).')
+  parser.add_argument('--micro_batches', default='1,2,4,8,16,32', help='Values of M to consider.')
+  parser.add_argument('--model_dim', type=int, default=2048)
+  parser.add_argument('--hidden_dim', type=int, default=8192)
+  parser.add_argument('--heads', type=int, default=32)
+  parser.add_argument('--vocab', type=int, default=32000)
+  parser.add_argument('--seq_len', type=int, default=1024)
+  parser.add_argument('--batch', type=int, default=32)
+  return parser.parse_args(argv)
+
+
+class Model:
+  """The paper's Transformer with a number of layers, as the planner sees it."""
+
+  def __init__(self, args):
+    from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+    from lingpipe.layers import transformer  # pylint: disable=g-import-not-at-top
+    self.args = args
+    layer = transformer.TransformerLayer.Params().Set(name='layer', model_dim=args.model_dim,
+                                                      hidden_dim=args.hidden_dim, num_heads=args.heads)
+    shapes = {'x': [args.batch, args.seq_len, args.model_dim], 'paddings': [args.batch, args.seq_len]}
+    self.one = memory_plan.DescribeLayers([layer], shapes)  # All layers are alike: described once.
+    self.table = args.vocab * args.model_dim  # Parameters of the embedding, and of the softmax.
+
+  def Layers(self, num_layers):
+    from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+    one, scale = self.one, self.args.activation_bytes / 4  # Described in float32.
+    return memory_plan.Layers(one.params * num_layers, one.flops * num_layers,
+                              tuple(int(b * scale) for b in one.out_bytes) * num_layers, int(one.in_bytes * scale),
+                              tuple(int(b * scale) for b in one.internal_bytes) * num_layers)
+
+  def Params(self, num_layers):
+    return num_layers * self.one.params[0] + 2 * self.table
+
+  def Peak(self, num_layers, k, m, remat):
+    """Bytes of the fullest device: the planner's cells plus the tables and the logits (the docstring)."""
+    from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+    a = self.args
+    counts = [num_layers // k + (1 if i < num_layers % k else 0) for i in range(k)]  # Alike layers: even cells.
+    cells = memory_plan.CellMemories(self.Layers(num_layers), counts, m, remat, slots=a.optimizer_slots)
+    per_weight = 4 * (1 + (2 if m > 1 and remat != 'never' else 1) + a.optimizer_slots)  # Weights, grads, slots.
+    logits = 2 * (a.batch // m) * a.seq_len * a.vocab * a.activation_bytes
+    extra = [0] * k
+    extra[0] += self.table * per_weight
+    extra[-1] += self.table * per_weight + logits
+    return max(c.peak + e for c, e in zip(cells, extra))
+
+  def Largest(self, k, remat, micro_batches, memory):
+    """(layers, M) of the most layers that fit in `memory` with K=k (at least k layers), or (0, None)."""
+    def Fits(n):
+      return min((self.Peak(n, k, m, remat), m) for m in micro_batches)
+    lo, hi = 0, k
+    while Fits(hi)[0] <= memory:
+      lo, hi = hi, hi * 2
+    while hi - lo > 1:
+      mid = (lo + hi) // 2
+      lo, hi = (mid, hi) if Fits(mid)[0] <= memory else (lo, mid)
+    return (lo, Fits(lo)[1]) if lo >= k else (0, None)
+
+
+def Run(args, out=None):
+  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  model = Model(args)
+  memory = memory_plan.ParseBytes(args.device_memory)
+  micro = [int(m) for m in args.micro_batches.split(',') if m and args.batch % int(m) == 0]
+  setups = {'naive': (1, 'never', [1]), 'remat': (1, 'always', micro), 'k128': (128, 'always', micro)}
+  print('# Transformer d=%d ff=%d heads=%d, vocab %d, %d x %d tokens, %s devices, %d optimizer slots; layer: '
+        '%.1fM parameters, %.0f MiB of internal activations per batch' % (
+            args.model_dim, args.hidden_dim, args.heads, args.vocab, args.batch, args.seq_len, args.device_memory,
+            args.optimizer_slots, model.one.params[0] / 1e6, model.one.internal_bytes[0] / 2**20), file=out)
+  print('%-34s %7s %4s %14s %14s %8s' % ('set-up', 'layers', 'M', 'parameters', 'paper', 'ratio'), file=out)
+  results = {}
+  for name, (k, remat, ms) in setups.items():
+    layers, m = model.Largest(k, remat, ms, memory)
+    params = model.Params(layers) if layers else 0
+    results[name] = dict(layers=layers, micro_batches=m, params=params)
+    title = {'naive': 'one device, no re-materialization', 'remat': 'one device, re-materialization',
+             'k128': '128 partitions, re-materialization'}[name]
+    print('%-34s %7d %4s %13.1fM %13.1fM %8.2f' % (title, layers, m, params / 1e6, PAPER[name][1] / 1e6,
+                                                  params / PAPER[name][1]), file=out)
+  paper_gain = PAPER['remat'][1] / PAPER['naive'][1]
+  if results['naive']['params']:
+    gain = results['remat']['params'] / results['naive']['params']
+    print('re-materialization on one device: %.2fx larger (paper %.2fx; ratio %.2f)' % (
+        gain, paper_gain, gain / paper_gain), file=out)
+  else:
+    gain = None
+    print('re-materialization on one device: without it not even one layer fits (paper: %.2fx larger)' % paper_gain,
+          file=out)
+  print('128 partitions: %.1fB parameters (paper 83.9B; ratio %.2f)' % (
+      results['k128']['params'] / 1e9, results['k128']['params'] / PAPER['k128'][1]), file=out)
+  results['remat_gain'] = gain
+  return results
+
+
+def main(argv=None):
+  args = _Args(argv)
+  from lingpipe import binary  # pylint: disable=g-import-not-at-top
+  binary.QuietTool()
+  return binary.RunUserErrorsAsOneLine('plan_gpipe_paper', lambda: Run(args), verbose=False)
+
+
+if __name__ == '__main__':
+  sys.exit(main())
