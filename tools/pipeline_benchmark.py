@@ -336,8 +336,7 @@ def ScheduleTable(model, k, m, virtual_stages=2):
       model.name, k, m, virtual_stages))
   print('%-6s %-17s %9s %9s %9s %8s %9s %8s' % ('remat', 'schedule', 'peak MiB', '/gpipe', 'planner', '/peak',
                                                  'step s', '/gpipe'))
-  shapes = tf.nest.map_structure(lambda t: t.shape.as_list(), model.inputs)
-  layers = memory_plan.DescribeLayers(model.layers, dict(shapes) if isinstance(shapes, dict) else shapes)
+  layers = memory_plan.DescribeLayers(model.layers, tf.nest.map_structure(lambda t: t.shape.as_list(), model.inputs))
   targets = tf.nest.flatten(model.inputs)[0]
   out = {}
   for remat in ('never', 'always'):

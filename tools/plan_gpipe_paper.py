@@ -76,11 +76,13 @@ class Model:
     a = self.args
     counts = [num_layers // k + (1 if i < num_layers % k else 0) for i in range(k)]  # Alike layers: even cells.
     cells = memory_plan.CellMemories(self.Layers(num_layers), counts, m, remat, slots=a.optimizer_slots)
-    per_weight = 4 * (1 + (2 if m > 1 and remat != 'never' else 1) + a.optimizer_slots)  # Weights, grads, slots.
-    logits = 2 * (a.batch // m) * a.seq_len * a.vocab * a.activation_bytes
+
+    def TableBytes(cell):  # Float32 weights, with the gradients and slots the planner gives the device's layers.
+      return self.table * 4 * (cell.weights + cell.gradients + cell.slots) / cell.weights
+
     extra = [0] * k
-    extra[0] += self.table * per_weight
-    extra[-1] += self.table * per_weight + logits
+    extra[0] += TableBytes(cells[0])
+    extra[-1] += TableBytes(cells[-1]) + 2 * (a.batch // m) * a.seq_len * a.vocab * a.activation_bytes  # Logits.
     return max(c.peak + e for c, e in zip(cells, extra))
 
   def Largest(self, k, remat, micro_batches, memory):

@@ -271,9 +271,9 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
 @contextlib.contextmanager
 def VariablesAs(layers, values):
   """Inside the block, the variables of `layers` (and their descendants) found in `values` ({variable.ref():
-  tensor}, or {AbstractVariable: tensor} for a layer built abstractly) read as those tensors: Lingvo's theta, for code that traces a layer's forward as a function of its
-  parameters. The pipeline uses it to pass each cell's parameter values, read once per step, to its traced
-  functions. Only for tracing: `trainable_variables` of a layer inside the block leaves the replaced variables out."""
+  tensor}, or {AbstractVariable: tensor} for a layer built abstractly) read as those tensors: Lingvo's theta, for
+  code that traces a layer's forward as a function of its parameters. The pipeline uses it to pass each cell's
+  parameter values, read once per step, to its traced functions. Only for tracing: `trainable_variables` of a layer inside the block leaves the replaced variables out."""
   swapped = []
   try:
     for top in layers:

@@ -21,8 +21,9 @@ f_k more), max_d sum_{k on d} (3 f_k + recomputed f_k) / (1 - bubble) against su
 one device: the busiest device stretched by the schedule's bubble (schedule.Bubble; (M+K-1)/M for fill-drain).
 Stash and in-flight micro-batches come from walking the schedule's Plan, so every schedule is planned alike.
 Assumptions: a backward's transient temporaries beyond the working set are not counted (nor the allocator's
-rounding), layers that cannot be traced on float inputs (token ids) count their outputs alone, micro-batches cost their share of the flops (small micro-batches are slower on real hardware;
-measure with tools/pipeline_benchmark.py), transfers are free (they are not: interleaved 1F1B makes vK-1
+rounding), layers that cannot be traced on float inputs (token ids) count their outputs alone, micro-batches
+cost their share of the flops (small micro-batches are slower on real hardware; measure with
+tools/pipeline_benchmark.py), transfers are free (they are not: interleaved 1F1B makes vK-1
 hand-offs per micro-batch and pass instead of K-1, and across two pinned CPU processes here it was slower than
 GPipe; see the README).
 
