@@ -4,8 +4,10 @@ How it is measured: timestamps in the graph. While recording, each cell's traced
 re-computing backward) take a `tf.timestamp()` as their first op and another once their outputs exist
 (`Stamped`): the function starts when all its inputs do, so `start` is when the action began on its device and
 `end` when its results existed, in the host's wall clock (one clock for all processes of a machine; across hosts
-their clocks' offset shows). The backward of a taped task (remat never, except_last) is not one function: its
-stamps wait for its inputs and outputs from outside (`Timed`) and may run late when the device's threads are busy.
+their clocks' offset shows). The backward of a taped task (remat never, except_last) and each cell's first backward
+under remat always are not one function but inline ops: their stamps wait for their inputs and outputs from outside
+(`Timed`) and may run late when the device's threads are busy, and their input gradients leave as soon as they
+exist, so the next cell's backward may start before such an action's end (its weight gradients still running).
 The pair is written to a small per-device TensorArray. The cost, paid only while recording, is two timestamps and
 one 3-float write per action (tools/pipeline_timeline.py measures it); without a Recorder nothing is added.
 (TensorFlow's profiler was the other way: its trace names a call only `PartitionedCallOp`, without the function or
