@@ -344,8 +344,10 @@ def ScheduleTable(model, k, m, virtual_stages=2):
       _COUNTER[0] += 1
       v = virtual_stages if name == 'interleaved_1f1b' else 1
       pipe = pipelining_layer.PipeliningLayer.Params().Set(
-          name='sched%d' % _COUNTER[0], layers=[l.Copy() for l in model.layers], num_splits=k * v, num_micro_batches=m,
+          name='sched%d' % _COUNTER[0], layers=[l.Copy() for l in model.layers], num_splits=k, num_micro_batches=m,
           remat=remat, schedule=name, virtual_stages=v, balance='uniform').Instantiate()
+      if pipe.num_devices != k:  # The planner below plans K devices (an earlier version ran interleaved on K x v).
+        raise RuntimeError('Schedules section: %s runs on %d devices, planned on %d.' % (name, pipe.num_devices, k))
 
       @tf.function(autograph=False)
       def Step(inputs, pipe=pipe):

@@ -5,16 +5,18 @@ schedule, a remat policy, K cells and M micro-batches, each device k is predicte
 
     weights          W_k = params_k x dtype size
     gradients        W_k, and while micro-batches are summed either one layer's more (sums traced inline: the
-                     loss inside with remat 'never', or a split backward) or W_k more (a traced backward returns
-                     its cell's gradients together); gpipe 'never' peaks when the backward starts, before any sum
+                     loss inside with remat 'never', or a split backward) or its largest cell's more (a traced
+                     backward returns its cell's gradients together); gpipe 'never' peaks when the backward
+                     starts, before any sum
     optimizer slots  slots x W_k (Adam 2, RMSProp 2, SGD 1: the optimizer's slot variables)
     stash            what the forward keeps for the backward, for the whole batch: its cell's input (remat
                      'always'), its input and its activations ('never'), the input and the last micro-batch's
                      activations ('except_last'); the last cell also holds its outputs and their gradients.
                      Activations: each layer's output, and what its backward reads from inside it (attention
                      probabilities, hidden units, masks), found by tracing the layer (saved_activations.py)
-    working set      one micro-batch's backward: its re-computed activations (when re-computing) and the
-                     gradients of the two largest layer outputs
+    working set      one micro-batch's backward: its re-computed activations (when re-computing; a split
+                     backward's are stash, held until its weight gradients) and the gradients of the two largest
+                     layer outputs
 
 and the step takes, in units of one forward flop (f_k: cell k's forward flops; backward 2 f_k, re-computation
 f_k more), max_d sum_{k on d} (3 f_k + recomputed f_k) / (1 - bubble) against sum_k 3 f_k for the plain model on
@@ -178,7 +180,8 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
       # The last micro-batch's activations are used (and freed) first, before anything is re-computed: at most
       # one micro-batch's at a time, as with 'always'.
       kept[k][schedule_lib.KEEP_ACTIVATIONS] = cell_in / num_micro
-    recomputed = inside / num_micro if remat == 'always' else 0  # except_last: counted in `ends` below.
+    # except_last: counted in `ends` below; a split backward's re-computed activations are stash (held to the W).
+    recomputed = inside / num_micro if remat == 'always' and not plan.splits_backward else 0
     working[k] = recomputed + sum(sorted(outs, reverse=True)[:2]) / num_micro
     ends[k] = inside / num_micro if remat == 'except_last' else 0  # The last micro-batch's activations.
     if k == len(counts) - 1:  # Its outputs and their gradients: stacked (gpipe), or one micro-batch's (loss inside).
@@ -207,7 +210,7 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
       # Traced inline, each layer's gradients are added to the sum as they come (executor.py): one layer's on top.
       gradients = w + max(max(layers.params[bounds[k]:bounds[k + 1]] or [0]) for k in own) * dtype_size
     else:  # A traced backward's call returns its cell's gradients together, then they are added to the sum.
-      gradients = 2 * w
+      gradients = w + max(weights[k] for k in own)
     devices.append(CellMemory(d, w, gradients, slots * w, int(peak + sum(ends[k] for k in own)),
                               int(max(working[k] for k in own))))
   return devices
