@@ -1,6 +1,7 @@
 r"""The memory planner against the GPipe paper's largest Transformers (Huang et al. 2019, Table 1 and section 3).
 
-    python tools/plan_gpipe_paper.py
+    python tools/plan_gpipe_paper.py --activation_bytes=2
+    python tools/plan_gpipe_paper.py --activation_bytes=2 --kept=fused
     python tools/plan_gpipe_paper.py --optimizer_slots=1 --device_memory=16GiB
 
 The paper's set-up: Transformer layers of model depth 2048, feed-forward 8192 and 32 heads, a 32k vocabulary,
@@ -15,8 +16,11 @@ partitions a model of 83.9B parameters (1663 layers). For each set-up this tool 
 
 Assumptions, beyond the planner's own: float32 weights, gradients and slots; activations of
 --activation_bytes (4: float32; 2: bfloat16, as on the paper's TPUs); --optimizer_slots slot variables per weight
-(2: Adam); the layers are lingpipe's TransformerLayer (pre-norm, attention then
-feed-forward, their backward's internal activations traced as the planner does); the embedding and the softmax
+(2: Adam); the layers are lingpipe's TransformerLayer (pre-norm, attention then feed-forward), their backward's
+internal activations traced as the planner does (--kept=tensorflow: what TensorFlow's executor keeps, which is what
+lingpipe runs) or only the inputs of the backward's matrix products (--kept=fused: an estimate of a compiler that
+fuses element-wise ops and transposes into their consumers, as XLA did for the paper; 6.5 GiB per layer at
+float32 instead of 8.25, see saved_activations.py); the embedding and the softmax
 (each 32k x 2048) are counted on the first and the last device, with the softmax's logits and their gradient for
 one micro-batch as the last device's extra working set. The paper counts parameters the same way
 (layers plus the two tables; 1663 x 50.3M + 2 x 65.5M = 83.9B).
@@ -37,6 +41,10 @@ def _Args(argv):
   parser.add_argument('--optimizer_slots', type=int, default=2, help='Slot variables per weight (Adam: 2).')
   parser.add_argument('--activation_bytes', type=int, default=4, choices=(2, 4),
                       help='Bytes per activation: 4 (float32) or 2 (bfloat16, as TPUs keep them).')
+  parser.add_argument('--kept', default='tensorflow', choices=('tensorflow', 'fused'),
+                      help='Which activations a backward keeps: tensorflow (what lingpipe\'s runtime keeps, traced) '
+                      'or fused (what a compiler fusing element-wise ops and transposes keeps, as XLA on the '
+                      'paper\'s TPUs: the inputs of the matrix products; saved_activations.py).')
   parser.add_argument('--micro_batches', default='1,2,4,8,16,32', help='Values of M to consider.')
   parser.add_argument('--model_dim', type=int, default=2048)
   parser.add_argument('--hidden_dim', type=int, default=8192)
@@ -57,7 +65,8 @@ class Model:
     layer = transformer.TransformerLayer.Params().Set(name='layer', model_dim=args.model_dim,
                                                       hidden_dim=args.hidden_dim, num_heads=args.heads)
     shapes = {'x': [args.batch, args.seq_len, args.model_dim], 'paddings': [args.batch, args.seq_len]}
-    self.one = memory_plan.DescribeLayers([layer], shapes)  # All layers are alike: described once.
+    # All layers are alike: described once.
+    self.one = memory_plan.DescribeLayers([layer], shapes, fused=args.kept == 'fused')
     self.table = args.vocab * args.model_dim  # Parameters of the embedding, and of the softmax.
 
   def Layers(self, num_layers):

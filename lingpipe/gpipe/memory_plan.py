@@ -110,11 +110,11 @@ def _Shapes(input_shapes):
   return tf.TensorShape(input_shapes)
 
 
-def DescribeLayers(layer_params, input_shapes, dtype_size=4, trace=True):
+def DescribeLayers(layer_params, input_shapes, dtype_size=4, trace=True, fused=False):
   """Layers of `layer_params` (a flat list of layer Params) on a batch of `input_shapes` (a list, or a dict of
   lists for NestedMap inputs). Parameter counts come from an abstract build, which allocates nothing; with `trace`,
   what each layer's backward reads from inside it comes from tracing it (saved_activations.py), else only the
-  layers' outputs are counted."""
+  layers' outputs are counted; with `fused`, what a fusing compiler would keep of it (Saved.fused_internal)."""
   if input_shapes is None:
     raise errors.ConfigError('The memory planner needs the input shapes of one batch: set the pipeline\'s '
                              'input_shapes (e.g. [batch, features]).')
@@ -127,7 +127,7 @@ def DescribeLayers(layer_params, input_shapes, dtype_size=4, trace=True):
     params.append(base_layer.NumParams(layer))
     saved = saved_activations.Describe(p, shapes) if trace else None
     # Traced in float32: scaled to dtype_size.
-    internal.append(saved.internal * dtype_size // 4 if saved else 0)
+    internal.append((saved.fused_internal if fused else saved.internal) * dtype_size // 4 if saved else 0)
     meta = p.cls.FPropMeta(p, shapes)
     flops.append(float(meta.flops))
     shapes = meta.out_shapes[0]

@@ -10,6 +10,12 @@ tensors that a gradient op reads. Nothing runs, so a layer of any size is descri
 Views share their input's buffer (Identity, Reshape, ExpandDims, Squeeze), so a tensor read through one is counted
 once, as its source; the layer's inputs and outputs are left out (the planner counts each boundary once, as the
 output of the layer before). Small tensors the step keeps anyway (constants, shapes) are left out too.
+
+`fused_internal` is what a compiler that fuses element-wise ops and transposes into their consumers (XLA, as on
+the GPipe paper's TPUs) would keep instead: only the tensors the backward's matrix products and convolutions
+read, followed back through views and transposes. A layer norm's centred inputs, a scaled query or a transposed
+head are then re-derived inside a fusion rather than kept. This is an estimate of such a compiler, not a
+measurement: lingpipe's own runtime (TensorFlow's executor) keeps what `internal` counts.
 """
 
 from typing import NamedTuple, Optional
@@ -23,16 +29,21 @@ from lingpipe.core.nested_map import NestedMap
 # Ops whose output is a view of their first input: the backward reading it keeps the input's buffer alive.
 _VIEWS = ('Identity', 'Reshape', 'ExpandDims', 'Squeeze', 'StopGradient', 'Snapshot')
 _FREE = ('Const', 'Shape', 'ShapeN', 'Size', 'Rank', 'Placeholder', 'VarHandleOp', 'ReadVariableOp')
+# What a fusing compiler keeps for: the inputs of the gradient's matrix products and convolutions.
+_PRODUCTS = ('MatMul', 'BatchMatMul', 'BatchMatMulV2', 'BatchMatMulV3', 'Einsum', 'Conv2D', 'Conv2DBackpropInput',
+             'Conv2DBackpropFilter', 'DepthwiseConv2dNative', 'DepthwiseConv2dNativeBackpropInput',
+             'DepthwiseConv2dNativeBackpropFilter')
 
 
 class Saved(NamedTuple):
   """Bytes a layer's backward reads from its forward, for the whole batch it was described on."""
   internal: int  # tensors computed inside the layer (neither its inputs nor its outputs)
   reads_inputs: bool  # the backward reads the layer's inputs
+  fused_internal: int = 0  # what a fusing compiler would keep of them (the module docstring)
 
 
-def _Root(tensor):
-  while tensor.op.type in _VIEWS and tensor.op.inputs:
+def _Root(tensor, views=_VIEWS):
+  while tensor.op.type in views and tensor.op.inputs:
     tensor = tensor.op.inputs[0]
   return tensor
 
@@ -65,13 +76,18 @@ def _Trace(layer_params, shapes, dtype):
     flat_out = [t for t in tf.nest.flatten(outputs) if t.dtype.is_floating]
     weights = [t for t in abstract.values() if t.dtype.is_floating]
     tf.gradients(flat_out, flat_in + weights, grad_ys=[tf.compat.v1.placeholder(t.dtype, t.shape) for t in flat_out])
-    read = {_Root(t).ref(): _Root(t) for op in graph.get_operations() if op not in forward for t in op.inputs
-            if t.op in forward}
+    backward = [op for op in graph.get_operations() if op not in forward]
+    read = {_Root(t).ref(): _Root(t) for op in backward for t in op.inputs if t.op in forward}
+    fusing = _VIEWS + ('Transpose',)
+    products = {_Root(t, fusing).ref(): _Root(t, fusing) for op in backward if op.type in _PRODUCTS
+                for t in op.inputs if t.op in forward}
   inputs_ref = {t.ref() for t in tf.nest.flatten(inputs)}
   outputs_ref = {_Root(t).ref() for t in tf.nest.flatten(outputs)}
-  internal = sum(_Bytes(t) for ref, t in read.items()
-                 if ref not in inputs_ref and ref not in outputs_ref and t.op.type not in _FREE)
-  return Saved(internal, any(ref in inputs_ref for ref in read))
+
+  def Internal(tensors):
+    return sum(_Bytes(t) for ref, t in tensors.items()
+               if ref not in inputs_ref and ref not in outputs_ref and t.op.type not in _FREE)
+  return Saved(Internal(read), any(ref in inputs_ref for ref in read), Internal(products))
 
 
 _CACHE = {}
