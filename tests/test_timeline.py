@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import errors
+from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe import schedule
 from lingpipe.gpipe import timeline
 import pipeline_test_util as util
@@ -91,6 +92,39 @@ def test_a_first_recomputation_runs_while_its_device_waits_for_the_gradient():
   # Cell 0's backward waits for cell 1's input gradients, which may leave before cell 1's weight gradients end.
   assert events[('backward', 1)].start <= events[('backward', 0)].start
   assert events[('recompute', 0)].end <= events[('backward', 0)].start
+
+
+@pytest.mark.parametrize('schedule_name', ['1f1b', 'zero_bubble'])
+def test_an_inline_action_is_stamped_around_its_work(schedule_name):
+  """Forwards traced inline (the loss inside, remat never) are stamped from outside (timeline.Timed). Once graph
+  optimization had inlined the clock, its control edges no longer held: the last cell's Transformer forwards were
+  recorded 0.0 ms wide, their work done after their end stamp. Both cells run alike layers on alike micro-batches,
+  so their forwards take alike times."""
+  import workloads  # pylint: disable=g-import-not-at-top  (tools/, on the path above)
+  workload = workloads.Make('transformer', layers=4, batch=64)
+  pipe = pipelining_layer.PipeliningLayer.Params().Set(
+      name='inline_%s' % schedule_name, layers=workload.layers, num_splits=2, num_micro_batches=2, remat='never',
+      schedule=schedule_name).Instantiate()
+  recorder = timeline.Recorder()
+
+  def MeanSquare(out, unused):
+    loss = tf.reduce_mean(tf.square(out.x))
+    return loss, {'loss': (loss, tf.ones([]))}
+
+  @tf.function(autograph=False)
+  def Recorded(inputs):
+    with timeline.Recording(recorder):
+      with tf.GradientTape() as tape, context.Training(True):
+        loss, _ = pipe.FPropWithLoss(inputs, inputs.paddings, MeanSquare)
+      return tape.gradient(loss, pipe.trainable_variables), recorder.Collect()
+
+  widths = {}
+  for _ in range(3):
+    events = recorder.Events(Recorded(workload.inputs)[1])
+    for e in events:
+      if e.kind == timeline.FORWARD:
+        widths.setdefault(e.cell, []).append(e.end - e.start)
+  assert min(widths[1]) > 0.3 * np.median(widths[0]), widths
 
 
 def test_cells_overlap_while_recording():

@@ -142,7 +142,35 @@ def _Client(args):
     key = RowKey(k, m, label, first[0])
     results[key] = _TimeSteps(layer, inputs, args.steps, mesh)
     print('  %-24s %.3f s/step' % (key, results[key]['step_s']), file=sys.stderr, flush=True)
+  if args.remat != 'never':  # The cost of re-materialization on one device, at each M (RematTarget).
+    for m in micro:
+      with cluster.Use(mesh):
+        layer = pipelining_layer.PipeliningLayer.Params().Set(
+            name='net', layers=[l.Copy() for l in layers], num_splits=1, num_micro_batches=m,
+            remat='never').Instantiate()
+      key = 'K=1,M=%d,never' % m
+      results[key] = _TimeSteps(layer, inputs, args.steps, mesh)
+      print('  %-24s %.3f s/step' % (key, results[key]['step_s']), file=sys.stderr, flush=True)
   return results
+
+
+def RematTarget(plain_s, rows, remat, micro_batches, fraction=0.87):
+  """Issue 15's target for a re-materializing pipeline: speed-up over the plain model >= `fraction` x ideal /
+  the remat cost, the cost being K=1's step with `remat` over K=1's without at the same M on one worker (so the
+  cost of small micro-batches is not counted twice). Prints the table; returns {M: row}."""
+  from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
+  print('re-materialization (%s) against its target, %.2f x ideal / remat cost (K=1 with %s over K=1 without, same '
+        'M):' % (remat, fraction, remat))
+  print('%-6s %10s %10s %12s %10s %6s' % ('M', 'speed-up', 'ideal', 'remat cost', 'target', 'met'))
+  out = {}
+  for m in micro_batches:
+    measured = plain_s / rows['K=2,M=%d' % m]['step_s']
+    cost = rows['K=1,M=%d' % m]['step_s'] / rows['K=1,M=%d,never' % m]['step_s']
+    target = fraction * schedule.IdealSpeedup(m, 2) / cost
+    out[m] = dict(measured=measured, remat_cost=cost, target=target, met=measured >= target)
+    print('%-6d %10.2f %10.2f %12.2f %10.2f %6s' % (m, measured, schedule.IdealSpeedup(m, 2), cost, target,
+                                                     'yes' if measured >= target else 'no'), flush=True)
+  return out
 
 
 def _StartChild(role, extra, pin=None):
@@ -221,9 +249,12 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
                                                              over_first=base / step)
         cells.append('%26s' % ('%.2f (%.2fx)' % (plain['step_s'] / step, base / step)))
       print('%-6d' % m + ''.join(cells), flush=True)
+  if remat != 'never':
+    results['remat_target'] = RematTarget(plain['step_s'], remote_rows, remat, micro_batches)
   print('where the time goes (vs plain: the pinned plain process; the other step times on the workers):')
   results['decomposition'] = workloads.Decomposition(
-      plain['step_s'], {key: row['step_s'] for key, row in remote_rows.items()}, 2, micro_batches)
+      plain['step_s'], {key: row['step_s'] for key, row in remote_rows.items() if not key.endswith(',never')}, 2,
+      micro_batches)
   return results
 
 

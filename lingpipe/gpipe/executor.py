@@ -192,27 +192,6 @@ def _Read(arrays, m, like, device):
     return tf.nest.pack_sequence_as(like, [a.read(m) for a in arrays])
 
 
-def _Run(state, action, m, num_micro, device, waits_for, call, stamped, recording, kind=None):
-  """call(), its (start, end) written to state.times[(kind, cell)] (rows of (m, start, end) on `device`) when
-  `recording`: `stamped` calls return their own stamps as a last output (timeline.Stamped), others are stamped
-  from outside (timeline.Timed, which waits for `waits_for`). `kind` (default: the action's) RECOMPUTE: the early
-  re-computation of a cell's first backward, one row per cell."""
-  if not recording:
-    return call()
-  if stamped:
-    *outputs, stamps = call()
-    outputs = tuple(outputs)
-  else:  # The start waits for the action's inputs and for the device's previous action.
-    outputs, stamps = timeline.Timed(device, [waits_for, state.last.get(action.device, [])], call)
-    stamps = tf.stack(stamps)
-  key = (kind or action.kind, action.cell)
-  rows, row = (1, 0) if kind == timeline.RECOMPUTE else (num_micro, m)
-  with tf.device(device):
-    array = state.times.get(key) or tf.TensorArray(tf.float64, size=rows, element_shape=[3])
-    state.times[key] = array.write(row, tf.concat([[tf.cast(m, tf.float64)], stamps], 0))
-  return outputs
-
-
 class _Interpreter:
   """Runs one action of a plan on a State: the FORWARD, BACKWARD and SEND of every phase and schedule."""
 
@@ -220,6 +199,13 @@ class _Interpreter:
     self.plan, self.cells, self.inputs, self.upstreams, self.loss = plan, cells, inputs, upstreams, loss
     self.kept = kept or Kept(inputs, {}, {}, {})
     self.recording = recording
+    # While recording a plan whose actions are traced inline, the runtime interleaves the ops of a device's
+    # neighbouring actions (a W with the next F), so their stamps overlapped and ran late: there, the device's next
+    # action also waits for the previous one's end stamp, and each box is one action alone on its device. Hand-offs
+    # do not wait for it. The price is what that interleaving gained (pipeline_timeline.py prints the recorded
+    # step's time beside the plain one's).
+    self.serialize = recording and (plan.splits_backward or loss is not None)
+    self.ends = {}  # {device: the end stamp of its last externally timed action}, while serializing
     self.dy = {}  # {micro-batch: gradient of its loss share w.r.t. the last cell's outputs} (with a loss)
     # An unrolled phase with a loss (1F1B) keeps cell inputs as tensors, freed once their backward read them (a
     # TensorArray frees nothing until the step ends, which kept all M micro-batches' inputs alive).
@@ -229,9 +215,39 @@ class _Interpreter:
 
   def __call__(self, a, m, state):
     if a.kind == schedule_lib.SEND:
-      return self.Send(a, state)
-    return {schedule_lib.FORWARD: self.Forward, schedule_lib.BACKWARD: self.Backward,
-            schedule_lib.WEIGHT: self.Weight}[a.kind](a, m, state)
+      state = self.Send(a, state)
+    else:
+      self.ends.pop(a.device, None)  # This action waits for it (state.last).
+      state = {schedule_lib.FORWARD: self.Forward, schedule_lib.BACKWARD: self.Backward,
+               schedule_lib.WEIGHT: self.Weight}[a.kind](a, m, state)
+    if a.device in self.ends:
+      state.last[a.device] = list(state.last.get(a.device, [])) + [self.ends[a.device]]
+    return state
+
+  def _Run(self, state, action, m, device, waits_for, call, stamped, kind=None):
+    """call(), its (start, end) written to state.times[(kind, cell)] (rows of (m, start, end) on `device`) while
+    recording: `stamped` calls return their own stamps as a last output (timeline.Stamped), others are stamped
+    from outside (timeline.Timed, which waits for `waits_for`). `kind` (default: the action's) RECOMPUTE: the early
+    re-computation of a cell's first backward, one row per cell. Where a plan traces actions inline (a split
+    backward, the loss inside), the device's next action also waits for this one's end stamp (see __call__)."""
+    if not self.recording:
+      return call()
+    if stamped:
+      *outputs, stamps = call()
+      outputs = tuple(outputs)
+    else:  # The start waits for the action's inputs and for the device's previous action.
+      outputs, stamps = timeline.Timed(device, [waits_for, state.last.get(action.device, [])], call)
+      if self.serialize:
+        self.ends[action.device] = stamps[1]
+      stamps = tf.stack(stamps)
+    key = (kind or action.kind, action.cell)
+    num_micro = self.plan.num_micro_batches
+    rows, row = (1, 0) if kind == timeline.RECOMPUTE else (num_micro, m)
+    with tf.device(device):
+      array = state.times.get(key) or tf.TensorArray(tf.float64, size=rows, element_shape=[3])
+      state.times[key] = array.write(row, tf.concat([[tf.cast(m, tf.float64)], stamps], 0))
+    return outputs
+
 
   def Send(self, a, state):
     sent = HandOff(state.produced.pop(a.cell), self.cells.devices[a.to_cell])
@@ -264,7 +280,7 @@ class _Interpreter:
                                            cells.params[k])
           tapes[(m, k)] = recorded[2]
           return recorded[:2]
-        cell_out, moments = _Run(state, a, m, num_micro, device, cell_in, Recorded, False, self.recording)
+        cell_out, moments = self._Run(state, a, m, device, cell_in, Recorded, False)
       elif a.keep == schedule_lib.KEEP_ACTIVATIONS:
         inline = self.loss is not None and cells.body is not None
         if inline:  # The weight gradients are summed layer by layer (see the module docstring).
@@ -272,10 +288,10 @@ class _Interpreter:
         tape = tf.GradientTape(watch_accessed_variables=False)
         with tape:
           _Watch(tape, cell_in, cells.params[k])
-          cell_out, moments = _Run(state, a, m, num_micro, device, cell_in, call, not inline, self.recording)
+          cell_out, moments = self._Run(state, a, m, device, cell_in, call, not inline)
         tapes[(m, k)] = (cell_in, cell_out, tape)
       else:
-        cell_out, moments = _Run(state, a, m, num_micro, device, cell_in, call, True, self.recording)
+        cell_out, moments = self._Run(state, a, m, device, cell_in, call, True)
     if a.keep == schedule_lib.KEEP_INPUT and k > 0:  # Cell 0's inputs are the micro-batches, kept anyway.
       if self.loss is not None:
         self.kept_inputs[(m, k)] = cell_in
@@ -332,8 +348,8 @@ class _Interpreter:
           def call():
             in_grads, param_grads = cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out)
             return in_grads, list(param_grads) if acc is None else [x + g for x, g in zip(acc, param_grads)]
-        in_grads, state.accumulated[k] = _Run(state, a, m, num_micro, device, [cell_in, upstream, acc or []],
-                                              call, a.recompute, self.recording)
+        in_grads, state.accumulated[k] = self._Run(state, a, m, device, [cell_in, upstream, acc or []], call,
+                                                   a.recompute)
     if k > 0:
       state.produced[k] = in_grads
       # With the loss inside, the device's next actions also wait for the sum: grappler rewrites a chain of adds
@@ -360,7 +376,7 @@ class _Interpreter:
     device wait for its previous backward, whose gradient came from the same neighbour, and stay one call each
     (remat.AccumulatingBackward), which keeps the graph small. At most one micro-batch's re-computed activations
     per device are alive, as before: the device's next action waits for this one."""
-    cells, k, num_micro = self.cells, a.cell, self.plan.num_micro_batches
+    cells, k = self.cells, a.cell
     device = cells.devices[k]
     tape = tf.GradientTape(watch_accessed_variables=False)
 
@@ -369,12 +385,10 @@ class _Interpreter:
         _Watch(tape, cell_in, cells.params[k])
         return cells.body[k](cell_in, Index(m), cells.params[k], True)[0]
 
-    cell_out = _Run(state, a, m, num_micro, device, cell_in, Recompute, False, self.recording,
-                    kind=timeline.RECOMPUTE)
+    cell_out = self._Run(state, a, m, device, cell_in, Recompute, False, kind=timeline.RECOMPUTE)
     recomputed = state.times[(timeline.RECOMPUTE, k)].flow if self.recording else []  # Its end stamp, written.
-    return _Run(state, a, m, num_micro, device, [upstream, cell_out, recomputed],
-                lambda: cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out), False,
-                self.recording)
+    return self._Run(state, a, m, device, [upstream, cell_out, recomputed],
+                     lambda: cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out), False)
 
   def _InputGradients(self, a, m, state, cell_in, upstream, recorded):
     """A split BACKWARD: the input gradients (re-computing the forward from `cell_in`, or from the forward's
@@ -391,8 +405,7 @@ class _Interpreter:
                                            cells.params[k])[2]
         in_grads, self.pending[(m, k)] = split_backward.InputGrads(recorded, upstream)
         return in_grads
-      in_grads = _Run(state, a, m, self.plan.num_micro_batches, device, [cell_in, upstream], Call, False,
-                      self.recording)
+      in_grads = self._Run(state, a, m, device, [cell_in, upstream], Call, False)
     floats = [g for g in in_grads if g is not None]
     if k > 0:
       state.produced[k] = in_grads
@@ -415,8 +428,7 @@ class _Interpreter:
       def Call():
         grads = split_backward.WeightGrads(pending)
         return grads if acc is None else [x + g for x, g in zip(acc, grads)]
-      state.accumulated[k] = list(_Run(state, a, m, self.plan.num_micro_batches, device, acc or [], Call, False,
-                                       self.recording))
+      state.accumulated[k] = list(self._Run(state, a, m, device, acc or [], Call, False))
     state.last[a.device] = list(state.accumulated[k])
     return state
 

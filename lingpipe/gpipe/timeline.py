@@ -4,12 +4,16 @@ How it is measured: timestamps in the graph. While recording, each cell's traced
 re-computing backward) take a `tf.timestamp()` as their first op and another once their outputs exist
 (`Stamped`): the function starts when all its inputs do, so `start` is when the action began on its device and
 `end` when its results existed, in the host's wall clock (one clock for all processes of a machine; across hosts
-their clocks' offset shows). The backward of a taped task (remat never, except_last) and each cell's first backward
-under remat always are not one function but inline ops: their stamps wait for their inputs and outputs from outside
-(`Timed`) and may run late when the device's threads are busy, and their input gradients leave as soon as they
-exist, so the next cell's backward may start before such an action's end (its weight gradients still running).
-The pair is written to a small per-device TensorArray. The cost, paid only while recording, is two timestamps and
-one 3-float write per action (tools/pipeline_timeline.py measures it); without a Recorder nothing is added.
+their clocks' offset shows). The backward of a taped task (remat never, except_last), each cell's first backward
+under remat always, and the actions of plans that trace cells inline (the loss inside with remat never, zero
+bubble) are not one function but inline ops: their stamps wait for their inputs and outputs from outside (`Timed`)
+and may run late when the device's threads are busy, and their input gradients leave as soon as they exist, so the
+next cell's backward may start before such an action's end (its weight gradients still running). In the plans that
+trace cells inline, a device's next action also waits for the previous one's end stamp while recording (the
+executor), so that the runtime does not interleave two actions' ops and each box is one action's time.
+The pair is written to a small per-device TensorArray. The cost, paid only while recording, is two timestamps, a
+few scalar reads of what they wait for, and one 3-float write per action (tools/pipeline_timeline.py measures it:
+1.00x-1.05x of a step here); without a Recorder nothing is added.
 (TensorFlow's profiler was the other way: its trace names a call only `PartitionedCallOp`, without the function or
 the micro-batch, and remote workers need their own profiler servers.)
 
@@ -107,34 +111,60 @@ _CLOCKS = {}
 
 
 def _Clock(device):
-  """A traced function returning tf.timestamp() on `device`. tf.function orders every stateful op that takes no
-  resource in program order, across devices: plain timestamp ops serialized the whole pipeline (measured: cell 0's
-  forward of micro-batch 1 waited for cell 1's of micro-batch 0). This function reads a variable of its own device,
-  so it is ordered only with writes of that variable (there are none) and costs no transfer. Its call is inlined
-  when the graph runs (the ordering was decided on the call, when the step was traced), so the two cheap ops run
-  on the thread that finished what they wait for; a call kept whole waited for a free inter-op thread and stamped
-  actions late (measured: an end 14 ms after the output existed, with both threads busy)."""
+  """A traced function clock(after) returning tf.timestamp() on `device` once the float64 scalar `after` exists.
+  tf.function orders every stateful op that takes no resource in program order, across devices: plain timestamp
+  ops serialized the whole pipeline (measured: cell 0's forward of micro-batch 1 waited for cell 1's of micro-batch
+  0). This function reads a variable of its own device, so it is ordered only with writes of that variable (there
+  are none) and costs no transfer. Its call is inlined when the graph runs, so the cheap ops run on the thread that
+  finished what they wait for; a call kept whole waited for a free inter-op thread and stamped actions late
+  (measured: an end 14 ms after the output existed, with both threads busy). Once inlined, the call's control
+  edges no longer hold its timestamp (an end stamp waiting so was taken before the Transformer's inline forward had
+  run: boxes 0.0 ms wide), so what a stamp waits for comes in as data (`_Touch`), and what waits for a stamp reads
+  its value (`_After`)."""
   if device not in _CLOCKS:
     with tf.init_scope(), tf.device(device):
       anchor = tf.Variable(0.0, trainable=False, name='timeline_clock_anchor')
 
-    def Clock():
-      with tf.control_dependencies([anchor.read_value()]):
+    def Clock(after):
+      # The stamp hangs off a Switch's output, as a branch of a cond does: graph optimization keeps that control
+      # edge. `after` is never negative (_Touch), so the branch is always live (NaN < 0 is false too). A functional
+      # tf.cond would be kept too, but across processes ran each branch as a function call: 1.5x the step.
+      _, taken = tf.raw_ops.Switch(data=after, pred=tf.logical_not(after < 0.0))
+      with tf.control_dependencies([tf.identity(taken), anchor.read_value()]):
         return tf.timestamp()
 
     _CLOCKS[device] = tf.function(Clock, autograph=False)
   return _CLOCKS[device]
 
 
+def _Touch(waits_for):
+  """A float64 scalar, never negative, computed from one element of each tensor of `waits_for` (tensors or ops, a
+  structure): it exists only once they all do, and costs a few scalar ops."""
+  flat = [t for t in tf.nest.flatten(waits_for) if t is not None]
+  readable = [t for t in flat if isinstance(t, tf.Tensor) and t.dtype not in (tf.resource, tf.variant, tf.string)]
+  ops = [t if isinstance(t, tf.Operation) else t.op for t in flat if not any(t is r for r in readable)]
+  parts = []
+  for t in readable:
+    with tf.device(t.device or None):  # On the tensor's device (a hand-off's is another's): a scalar travels.
+      parts.append(tf.reduce_sum(tf.abs(tf.cast(tf.reshape(t, [-1])[:1], tf.float64))))
+  with tf.control_dependencies(ops):  # The rest (a TensorArray's flow, ops) by control edges, outside the clock.
+    return tf.add_n(parts + [tf.zeros([], tf.float64)])
+
+
+def _After(stamp):
+  """An op reading `stamp`'s value, for what must wait for the stamp itself: a data edge, which holds whatever graph
+  optimization does with the clock's call (_Clock)."""
+  return tf.identity(stamp)
+
+
 def Stamped(device, body):
   """Inside a traced function: (outputs of body(), (start, end)), `start` taken before anything of the body runs
   (the function starts once all its inputs exist) and `end` once its outputs do, on the thread that made them."""
   clock = _Clock(device)
-  start = clock()
-  with tf.control_dependencies([start]):
+  start = clock(tf.zeros([], tf.float64))
+  with tf.control_dependencies([_After(start)]):
     outputs = body()
-  with tf.control_dependencies([t for t in tf.nest.flatten(outputs) if t is not None]):
-    end = clock()
+  end = clock(_Touch(outputs))
   return outputs, tf.stack([start, end])
 
 
@@ -143,12 +173,10 @@ def Timed(device, waits_for, action):
   `waits_for` (tensors or ops), the call for `start`, `end` for the outputs."""
   clock = _Clock(device)
   with tf.device(device):
-    with tf.control_dependencies([t for t in tf.nest.flatten(waits_for) if t is not None]):
-      start = clock()
-    with tf.control_dependencies([start]):
+    start = clock(_Touch(waits_for))
+    with tf.control_dependencies([_After(start)]):
       outputs = action()
-    with tf.control_dependencies([t for t in tf.nest.flatten(outputs) if t is not None]):
-      end = clock()
+    end = clock(_Touch(outputs))
   return outputs, (start, end)
 
 
