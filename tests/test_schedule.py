@@ -45,7 +45,10 @@ def test_remat_policy_decides_what_each_forward_keeps():
     return {(a.micro_batch, a.cell): a.keep for a in forward}, {(a.micro_batch, a.cell): a.recompute
                                                                  for a in backward}
   keep, recompute = Kept('always')
-  assert set(keep.values()) == {'input'} and all(recompute.values())
+  # All but each cell's last forward, which its device follows directly with that backward: re-computing it there
+  # would bring back the same activations at once (KeepWhereBackwardFollows). In GPipe, as 'except_last'.
+  assert [t for t, what in keep.items() if what == 'activations'] == [(2, 0), (2, 1)]
+  assert [t for t, again in recompute.items() if not again] == [(2, 1), (2, 0)]
   keep, recompute = Kept('never')
   assert set(keep.values()) == {'activations'} and not any(recompute.values())
   keep, recompute = Kept('except_last')
@@ -57,9 +60,10 @@ def test_remat_policy_decides_what_each_forward_keeps():
 
 
 @pytest.mark.parametrize('m,k,remat,steady', [
-    (8, 2, 'always', [(1, 8, 1), (1, 8, -1)]),  # Ticks K-1 .. M-1: every device busy.
+    (8, 2, 'never', [(1, 8, 1), (1, 8, -1)]),  # Ticks K-1 .. M-1: every device busy (taped: the executor runs no loop).
+    (8, 2, 'always', [(1, 7, 1), (2, 8, -1)]),  # Ticks K-1 .. M-2: every device busy, its last forward kept.
     (8, 4, 'except_last', [(3, 7, 1), (4, 8, -1)]),  # The taped last micro-batch breaks the pattern.
-    (4, 3, 'always', [(2, 4, 1), (2, 4, -1)]),
+    (16, 3, 'always', [(2, 15, 1), (3, 16, -1)]),
     (1, 1, None, [(0, 1, 1)])])
 def test_steady_ticks(m, k, remat, steady):
   plan = schedule.MakePlan('gpipe', m, k, remat=remat)
@@ -89,7 +93,8 @@ def test_check_rejects_inconsistent_plans():
     schedule.Check(_Broken(plan, 0, 1, tick + (Action('forward', 1, 1, 1, keep='input'),)))
   backward_tick = plan.Phase('backward').ticks[0]
   with pytest.raises(errors.ConfigError, match='does not match what its forward kept'):
-    schedule.Check(_Broken(plan, 1, 0, [backward_tick[0]._replace(recompute=False)]))
+    flipped = backward_tick[0]._replace(recompute=not backward_tick[0].recompute)
+    schedule.Check(_Broken(plan, 1, 0, (flipped,) + backward_tick[1:]))
 
 
 def test_bubble_and_ideal_speedup():

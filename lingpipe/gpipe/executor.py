@@ -24,11 +24,11 @@ layer's gradients are added to the sum as soon as they exist (dense workload, K=
 0.64x GPipe's to 0.42x).
 
 A re-computing backward waits for its gradient, except each cell's first (`_EarlyRecompute`, traced inline): its
-re-computation waits only for the device's previous action (in a backward phase, the device's last forward), so
-it runs while the device waits for its first gradient, and only the backward is left on the critical path
-(dense workload, K=2, M=1, one process: 0.30 -> 0.25 s a step; across two processes, the Transformer at M=1
-0.72x -> 0.85x the plain model). Later backwards gain nothing from it (each waits for the previous one, whose
-gradient came from the same neighbour) and stay one call each.
+re-computation waits only for the device's previous action, so it runs while the device waits for its first
+gradient, and only the backward is left on the critical path (dense workload, K=2, M=1, one process: 0.30 -> 0.25 s
+a step, before plans kept the activations where the backward comes next, schedule.KeepWhereBackwardFollows, which
+leaves this to 1F1B's warm-up and interleaved cells). Later backwards gain nothing from it (each waits for the
+previous one, whose gradient came from the same neighbour) and stay one call each.
 
 What a later action needs lives in the typed state: messages in flight, what each forward kept (cell inputs in
 TensorArrays on the cell's device, or tapes), the last cell's outputs, the first cell's input gradients, each
@@ -371,8 +371,8 @@ class _Interpreter:
   def _EarlyRecompute(self, a, m, state, cell_in, upstream):
     """A cell's first re-computing backward, traced inline: (input grads, param grads). Its re-computation waits
     for the device's previous action (the caller's control dependencies), not for the gradient, so it runs while
-    the device waits for its first gradient (GPipe's drain, 1F1B's warm-up): a pipeline's first backward on device
-    k < K-1 costs only its backward on the critical path. Only the first backward gains: the later ones of a
+    the device waits for its first gradient (1F1B's warm-up): that backward costs only its backward on the
+    critical path. Only the first backward gains: the later ones of a
     device wait for its previous backward, whose gradient came from the same neighbour, and stay one call each
     (remat.AccumulatingBackward), which keeps the graph small. At most one micro-batch's re-computed activations
     per device are alive, as before: the device's next action waits for this one."""
@@ -434,9 +434,15 @@ class _Interpreter:
 
 
 def _Record(recorder, name, kind, devices, state, plan):
-  if recorder is None or (kind == timeline.RECOMPUTE and (kind, 0) not in state.times):
-    return  # RECOMPUTE rows exist for every cell or for none (_EarlyRecompute: each cell's first backward).
-  recorder.Add(name, kind, devices, [state.times[(kind, k)].stack() for k in range(plan.num_cells)], plan)
+  if recorder is None:
+    return
+  # RECOMPUTE rows exist only for cells whose first backward re-computes (_EarlyRecompute); the other passes
+  # have a row for every cell, and a missing one fails here.
+  cells = [k for k in range(plan.num_cells) if (kind, k) in state.times] if kind == timeline.RECOMPUTE else range(
+      plan.num_cells)
+  if cells:
+    recorder.Add(name, kind, [devices[k] for k in cells], [state.times[(kind, k)].stack() for k in cells], plan,
+                 cells)
 
 
 def _Moments(state):

@@ -176,9 +176,10 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     # working set (re-computed activations, and the gradients of the two largest outputs).
     activations[k] = (cell_in + inside) / num_micro
     kept[k] = {schedule_lib.KEEP_INPUT: cell_in / num_micro, schedule_lib.KEEP_ACTIVATIONS: activations[k]}
-    if remat == 'except_last':
-      # The last micro-batch's activations are used (and freed) first, before anything is re-computed: at most
-      # one micro-batch's at a time, as with 'always'.
+    if remat in ('except_last', 'always'):
+      # A forward keeps its activations only where its backward comes next on its device (always: the plan's
+      # KeepWhereBackwardFollows), so they are used (and freed) before anything is re-computed: at most one
+      # micro-batch's at a time, counted once (below: `ends` for except_last, the working set for always).
       kept[k][schedule_lib.KEEP_ACTIVATIONS] = cell_in / num_micro
     # except_last: counted in `ends` below; a split backward's re-computed activations are stash (held to the W).
     recomputed = inside / num_micro if remat == 'always' and not plan.splits_backward else 0
@@ -204,13 +205,16 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
       elif a.kind in (schedule_lib.BACKWARD, schedule_lib.WEIGHT):
         stash -= keeps.pop((a.micro_batch, a.cell))
     w = sum(weights[k] for k in own)
+    # The cells whose backwards are traced calls (re-computing ones; the others use a tape, inline with the loss
+    # inside).
+    called = [a.cell for a in plan.DeviceActions(d) if a.kind == schedule_lib.BACKWARD and a.recompute]
     if num_micro == 1 or (remat == 'never' and schedule == 'gpipe'):
       gradients = w  # 'never' peaks when the backward starts: everything stored, no sum yet.
-    elif splits_backward or (remat == 'never' and schedule in schedule_lib.NEEDS_LOSS):
+    elif splits_backward or (schedule in schedule_lib.NEEDS_LOSS and not called):
       # Traced inline, each layer's gradients are added to the sum as they come (executor.py): one layer's on top.
       gradients = w + max(max(layers.params[bounds[k]:bounds[k + 1]] or [0]) for k in own) * dtype_size
     else:  # A traced backward's call returns its cell's gradients together, then they are added to the sum.
-      gradients = w + max(weights[k] for k in own)
+      gradients = w + max(weights[k] for k in (called or own))
     devices.append(CellMemory(d, w, gradients, slots * w, int(peak + sum(ends[k] for k in own)),
                               int(max(working[k] for k in own))))
   return devices

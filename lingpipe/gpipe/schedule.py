@@ -155,8 +155,35 @@ def MakePlan(schedule, num_micro_batches, num_cells, remat=None, num_devices=Non
     plan = _ZeroBubble(num_micro_batches, num_cells, remat)
   else:  # GPipe; and the evaluation of 1F1B and zero bubble, a forward pass in fill-drain's order.
     plan = _FillDrain(num_micro_batches, num_cells, remat)
+  plan = KeepWhereBackwardFollows(plan)
   Check(plan)
   return plan
+
+
+def KeepWhereBackwardFollows(plan):
+  """`plan` with each forward that its device follows directly with that micro-batch's backward keeping its
+  activations instead of re-computing them: the backward's re-computation would bring back the same activations at
+  once, so keeping them costs no memory and saves a forward. It is the last cell's last forward in GPipe (at M=1,
+  K=2: F0 F1 R1 B1 B0 becomes F0 F1 B1 B0) and every forward of the last cell in 1F1B and zero bubble."""
+  sequences = {}
+  for p, phase in enumerate(plan.phases):
+    for t, tick in enumerate(phase.ticks):
+      for i, a in enumerate(tick):
+        if a.kind != SEND:
+          sequences.setdefault(a.device, []).append((p, t, i, a))
+  replaced = {}
+  for sequence in sequences.values():
+    for (p, t, i, a), (q, u, j, b) in zip(sequence, sequence[1:]):
+      if (a.kind == FORWARD and a.keep == KEEP_INPUT and b.kind == BACKWARD and b.recompute
+          and (b.micro_batch, b.cell) == (a.micro_batch, a.cell)):
+        replaced[(p, t, i)] = a._replace(keep=KEEP_ACTIVATIONS)
+        replaced[(q, u, j)] = b._replace(recompute=False)
+  if not replaced:
+    return plan
+  phases = tuple(phase._replace(ticks=tuple(tuple(replaced.get((p, t, i), a) for i, a in enumerate(tick))
+                                             for t, tick in enumerate(phase.ticks)))
+                 for p, phase in enumerate(plan.phases))
+  return plan._replace(phases=phases)
 
 
 def _Stores(remat, m, num_micro_batches):

@@ -54,16 +54,18 @@ class Recorder:
   """Collects the timestamps of every pipeline pass traced inside `Recording(self)`."""
 
   def __init__(self):
-    self._passes = []  # (pipeline, kind, devices, [per-cell [M, 3] tensors: micro-batch, start, end])
+    self._passes = []  # (pipeline, kind, [(cell, device)], [per-cell [M, 3] tensors: micro-batch, start, end])
     self._plans = {}
 
   def Reset(self):
     self._passes, self._plans = [], {}
 
-  def Add(self, pipeline, kind, devices, rows, plan=None):
-    """One pass (kind FORWARD, BACKWARD or WEIGHT) of `pipeline` (a name) over `devices` (one per cell): rows[k] is
-    cell k's [M, 3] float64 tensor of (micro-batch, start, end); `plan`, the schedule.Plan it ran."""
-    self._passes.append((pipeline, kind, list(devices), list(rows)))
+  def Add(self, pipeline, kind, devices, rows, plan=None, cells=None):
+    """One pass (kind FORWARD, BACKWARD, WEIGHT or RECOMPUTE) of `pipeline` (a name) over `devices` (one per cell):
+    rows[k] is cell k's [M, 3] float64 tensor of (micro-batch, start, end); `plan`, the schedule.Plan it ran;
+    `cells`, the cells the rows and devices are of, when not all (default: 0 .. len(rows)-1)."""
+    cells = list(range(len(rows))) if cells is None else list(cells)
+    self._passes.append((pipeline, kind, list(zip(cells, devices)), list(rows)))
     if plan is not None:
       self._plans[pipeline] = plan
 
@@ -81,10 +83,10 @@ class Recorder:
   def Events(self, collected):
     """Events, ordered by start time, of the numpy (or tensor) values Collect() gave."""
     events = []
-    for (pipeline, kind, devices, _), values in zip(self._passes, collected):
+    for (pipeline, kind, cells, _), values in zip(self._passes, collected):
       values = np.asarray(values)
-      for k, device in enumerate(devices):
-        for m, start, end in values[k]:
+      for i, (k, device) in enumerate(cells):
+        for m, start, end in values[i]:
           events.append(Event(pipeline, device, k, kind, int(m), float(start), float(end)))
     return sorted(events, key=lambda e: (e.start, e.cell))
 
