@@ -248,7 +248,6 @@ class _Interpreter:
       state.times[key] = array.write(row, tf.concat([[tf.cast(m, tf.float64)], stamps], 0))
     return outputs
 
-
   def Send(self, a, state):
     sent = HandOff(state.produced.pop(a.cell), self.cells.devices[a.to_cell])
     if a.to_cell < a.cell:  # Gradients: None (of a non-float leaf) cannot be loop state; the rest go by index.
@@ -372,10 +371,10 @@ class _Interpreter:
     """A cell's first re-computing backward, traced inline: (input grads, param grads). Its re-computation waits
     for the device's previous action (the caller's control dependencies), not for the gradient, so it runs while
     the device waits for its first gradient (1F1B's warm-up): that backward costs only its backward on the
-    critical path. Only the first backward gains: the later ones of a
-    device wait for its previous backward, whose gradient came from the same neighbour, and stay one call each
-    (remat.AccumulatingBackward), which keeps the graph small. At most one micro-batch's re-computed activations
-    per device are alive, as before: the device's next action waits for this one."""
+    critical path. Only the first backward gains: the later ones of a device wait for its previous backward, whose
+    gradient came from the same neighbour, and stay one call each (remat.AccumulatingBackward), which keeps the
+    graph small. At most one micro-batch's re-computed activations per device are alive, as before: the device's
+    next action waits for this one."""
     cells, k = self.cells, a.cell
     device = cells.devices[k]
     tape = tf.GradientTape(watch_accessed_variables=False)

@@ -11,7 +11,8 @@ schedule, a remat policy, K cells and M micro-batches, each device k is predicte
     optimizer slots  slots x W_k (Adam 2, RMSProp 2, SGD 1: the optimizer's slot variables)
     stash            what the forward keeps for the backward, for the whole batch: its cell's input (remat
                      'always'), its input and its activations ('never'), the input and the last micro-batch's
-                     activations ('except_last'); the last cell also holds its outputs and their gradients.
+                     activations ('except_last'; 'always' where the backward comes next, as the plan says:
+                     schedule.KeepWhereBackwardFollows); the last cell also holds its outputs and their gradients.
                      Activations: each layer's output, and what its backward reads from inside it (attention
                      probabilities, hidden units, masks), found by tracing the layer (saved_activations.py)
     working set      one micro-batch's backward: its re-computed activations (when re-computing; a split

@@ -163,8 +163,9 @@ def MakePlan(schedule, num_micro_batches, num_cells, remat=None, num_devices=Non
 def KeepWhereBackwardFollows(plan):
   """`plan` with each forward that its device follows directly with that micro-batch's backward keeping its
   activations instead of re-computing them: the backward's re-computation would bring back the same activations at
-  once, so keeping them costs no memory and saves a forward. It is the last cell's last forward in GPipe (at M=1,
-  K=2: F0 F1 R1 B1 B0 becomes F0 F1 B1 B0) and every forward of the last cell in 1F1B and zero bubble."""
+  once (nothing else runs on the device in between), so keeping them costs no memory at the device's peak and
+  saves a forward. It is each cell's last forward in GPipe (remat 'always' then runs as 'except_last'; at M=1,
+  K=2, F0 F1 R1 B1 R0 B0 becomes F0 F1 B1 B0) and every forward of the last cell in 1F1B and zero bubble."""
   sequences = {}
   for p, phase in enumerate(plan.phases):
     for t, tick in enumerate(phase.ticks):
