@@ -193,7 +193,10 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     own = sorted({a.cell for a in plan.DeviceActions(d)})
     stash = peak = 0.0
     keeps = {}
+    called = []  # The cells whose backwards are traced calls (re-computing ones; the others use a tape).
     for a in plan.DeviceActions(d):
+      if a.kind == schedule_lib.BACKWARD and a.recompute:
+        called.append(a.cell)
       if a.kind == schedule_lib.FORWARD:
         keeps[(a.micro_batch, a.cell)] = kept[a.cell][a.keep]
         stash += keeps[(a.micro_batch, a.cell)]
@@ -206,9 +209,6 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
       elif a.kind in (schedule_lib.BACKWARD, schedule_lib.WEIGHT):
         stash -= keeps.pop((a.micro_batch, a.cell))
     w = sum(weights[k] for k in own)
-    # The cells whose backwards are traced calls (re-computing ones; the others use a tape, inline with the loss
-    # inside).
-    called = [a.cell for a in plan.DeviceActions(d) if a.kind == schedule_lib.BACKWARD and a.recompute]
     if num_micro == 1 or (remat == 'never' and schedule == 'gpipe'):
       gradients = w  # 'never' peaks when the backward starts: everything stored, no sum yet.
     elif splits_backward or (schedule in schedule_lib.NEEDS_LOSS and not called):

@@ -4,13 +4,14 @@ How it is measured: timestamps in the graph. While recording, each cell's traced
 re-computing backward) take a `tf.timestamp()` as their first op and another once their outputs exist
 (`Stamped`): the function starts when all its inputs do, so `start` is when the action began on its device and
 `end` when its results existed, in the host's wall clock (one clock for all processes of a machine; across hosts
-their clocks' offset shows). The backward of a taped task (remat never, except_last), each cell's first backward
-under remat always, and the actions of plans that trace cells inline (the loss inside with remat never, zero
-bubble) are not one function but inline ops: their stamps wait for their inputs and outputs from outside (`Timed`)
-and may run late when the device's threads are busy, and their input gradients leave as soon as they exist, so the
-next cell's backward may start before such an action's end (its weight gradients still running). In the plans that
-trace cells inline, a device's next action also waits for the previous one's end stamp while recording (the
-executor), so that the runtime does not interleave two actions' ops and each box is one action's time.
+their clocks' offset shows). The backward of a taped task (a forward that kept its activations), a cell's first
+re-computing backward (executor._EarlyRecompute), and the actions of plans that trace cells inline (the loss inside
+with remat never, zero bubble) are not one function but inline ops: their stamps wait for their inputs and
+outputs from outside (`Timed`) and may run late when the device's threads are busy, and their input gradients
+leave as soon as they exist, so the next cell's backward may start before such an action's end (its weight
+gradients still running). In the plans that trace cells inline, a device's next action also waits for the
+previous one's end stamp while recording (the executor), so that the runtime does not interleave two actions' ops
+and each box is one action's time.
 The pair is written to a small per-device TensorArray. The cost, paid only while recording, is two timestamps, a
 few scalar reads of what they wait for, and one 3-float write per action (tools/pipeline_timeline.py measures it:
 1.00x-1.05x of a step here); without a Recorder nothing is added.
@@ -142,13 +143,13 @@ def _Clock(device):
 def _Touch(waits_for):
   """A float64 scalar, never negative, computed from one element of each tensor of `waits_for` (tensors or ops, a
   structure): it exists only once they all do, and costs a few scalar ops."""
-  flat = [t for t in tf.nest.flatten(waits_for) if t is not None]
-  readable = [t for t in flat if isinstance(t, tf.Tensor) and t.dtype not in (tf.resource, tf.variant, tf.string)]
-  ops = [t if isinstance(t, tf.Operation) else t.op for t in flat if not any(t is r for r in readable)]
-  parts = []
-  for t in readable:
-    with tf.device(t.device or None):  # On the tensor's device (a hand-off's is another's): a scalar travels.
-      parts.append(tf.reduce_sum(tf.abs(tf.cast(tf.reshape(t, [-1])[:1], tf.float64))))
+  parts, ops = [], []
+  for t in tf.nest.flatten(waits_for):
+    if isinstance(t, tf.Operation) or (t is not None and t.dtype in (tf.resource, tf.variant, tf.string)):
+      ops.append(t if isinstance(t, tf.Operation) else t.op)
+    elif t is not None:
+      with tf.device(t.device or None):  # On the tensor's device (a hand-off's is another's): a scalar travels.
+        parts.append(tf.reduce_sum(tf.abs(tf.cast(tf.reshape(t, [-1])[:1], tf.float64))))
   with tf.control_dependencies(ops):  # The rest (a TensorArray's flow, ops) by control edges, outside the clock.
     return tf.add_n(parts + [tf.zeros([], tf.float64)])
 
