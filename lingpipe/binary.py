@@ -58,8 +58,10 @@ def RunUserErrorsAsOneLine(name, fn, verbose):
   """Runs fn() and gives exit status 0; a lingpipe UserError prints 'name: error: ...' and gives 1 (with
   --verbose it is raised, traceback and all)."""
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import interrupt  # pylint: disable=g-import-not-at-top
   try:
-    fn()
+    with interrupt.Catching():
+      fn()
     return 0
   except errors.UserError as e:
     if verbose:

@@ -204,6 +204,26 @@ def test_each_cell_is_traced_once_whatever_the_number_of_micro_batches():
     assert fn.experimental_get_tracing_count() == 1, key
 
 
+@pytest.mark.parametrize('policy', ['never', 'always'])
+def test_a_taped_cells_gradient_is_built_once_though_the_callers_tape_watches_too(policy, monkeypatch):
+  """The caller's tape (here LossAndGrads') must not see inside the pipeline's custom gradient: were it watching
+  the cells' inputs and parameters with the executor's tapes, TensorFlow would prepare each taped cell call for
+  higher-order gradients and build its gradient three times (executor.CutFromCallerTapes)."""
+  from tensorflow.python.ops import gradients_util  # pylint: disable=g-import-not-at-top
+  built = []
+  build = gradients_util._GradientsHelper  # pylint: disable=protected-access
+
+  def Counting(ys, *args, **kwargs):
+    built.append(tf.nest.flatten(ys)[0].graph)
+    return build(ys, *args, **kwargs)
+
+  monkeypatch.setattr(gradients_util, '_GradientsHelper', Counting)
+  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4, remat=policy)
+  util.LossAndGrads(pipe, _Input(batch=8))
+  cells = [graph for graph in built if graph.name.startswith('Cell')]
+  assert len(cells) == len(set(cells)) == 2, [graph.name for graph in built]
+
+
 def test_errors():
   x = _Input(batch=6)
   _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4)

@@ -85,7 +85,7 @@ def Run(args):
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
-  k, m = args.num_splits, args.num_micro_batches
+  k = args.num_splits
   with contextlib.ExitStack() as stack:
     if args.workers:
       cores = sorted(os.sched_getaffinity(0))

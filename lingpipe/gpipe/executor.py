@@ -169,6 +169,15 @@ def _RunPhase(plan, phase, run_action, state, loop):
   return state
 
 
+def CutFromCallerTapes(structure):
+  """`structure`'s tensors as a pipeline's custom gradient hands them to the executor: the same values, no longer
+  watched by the caller's tapes (its gradients come from the custom gradient, never through the body). The
+  executor's own tapes watch them explicitly; were a caller's tape watching too, TensorFlow would treat each taped
+  cell call as possibly higher-order and build the cell's gradient functions three times instead of once
+  (AmoebaNet-D(6, 32) at K=2: 14 s of a 15 s trace before, measured)."""
+  return tf.nest.map_structure(tf.stop_gradient, structure)
+
+
 def _Watch(tape, cell_in, params):
   """Inside `with tape:`, what a taped cell differentiates against: its float inputs and its parameter values."""
   tape.watch([x for x in tf.nest.flatten(cell_in) if x.dtype.is_floating])

@@ -368,11 +368,15 @@ class PipeliningLayer(base_layer.BaseLayer):
     plan = schedule_lib.MakePlan(p.schedule, num_micro, self._num_cells, p.remat if training else None,
                                  self._num_devices)
     # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
+    if training:  # Inside the custom gradient of _TrainFProp.
+      inputs = executor.CutFromCallerTapes(inputs)
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
     with tf.device(devices[0]):
       stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
                  if executor.Loops(plan, schedule_lib.FORWARD) else None)
     params = self.ReadParams(r)
+    if training:
+      params = executor.CutFromCallerTapes(params)
     padding = self._Padding(micro, num_micro, pad_rows) if training else None
     recorder = timeline.Current()
     cells = self.ExecutorCells(r, params, training, padding, recorder is not None)

@@ -105,7 +105,7 @@ def Describe(layer_params, input_shapes, dtype=tf.float32) -> Optional[Saved]:
   if key not in _CACHE:
     try:
       _CACHE[key] = _Trace(layer_params, input_shapes, tf.as_dtype(dtype))
-    except (TypeError, ValueError, NotImplementedError, LookupError, AttributeError) as e:
-      del e  # Not traceable on float inputs: planned from its outputs (see above).
+    except (TypeError, ValueError, NotImplementedError, LookupError, AttributeError):
+      # Not traceable on float inputs: planned from its outputs (see above).
       _CACHE[key] = None
   return _CACHE[key]

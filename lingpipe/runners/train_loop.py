@@ -14,6 +14,7 @@ from lingpipe.distributed import remote
 from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
 from lingpipe.runners import init_from_checkpoint
+from lingpipe.runners import interrupt
 from lingpipe.runners import safe_write
 
 
@@ -39,7 +40,6 @@ class TrainLoop:
   def __init__(self, p, logdir, out=None):
     self.p, self.logdir, self.out = p, logdir, out
     self.train_dir = os.path.join(logdir, checkpointer.TRAIN_DIR)
-    tp = p.task.train
     self.cluster = cluster.Current()
     with self.cluster.Placement():
       self.task = p.task.Instantiate()
@@ -175,6 +175,7 @@ class TrainLoop:
     start_time, start_step, last_saved = None, step, step
     batch_size = p.input.batch_size
     while step < tp.max_steps:
+      interrupt.Check()  # A Ctrl-C that library code swallowed (interrupt.py) stops here.
       try:
         batch = next(self.iterator)
       except StopIteration:

@@ -1,0 +1,43 @@
+"""runners/interrupt.py: a Ctrl-C that library code swallows still stops the loop at its next Check()."""
+
+import os
+import signal
+
+import pytest
+
+from lingpipe.runners import interrupt
+
+
+def _SwallowingCtrlC():
+  """What a finalizer or a library's cleanup path does with an exception it meets."""
+  try:
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):  # The handler runs between bytecodes, soon after the signal.
+      pass
+  except KeyboardInterrupt:
+    return True
+  return False
+
+
+def test_a_swallowed_ctrl_c_is_raised_again_at_the_next_check():
+  with interrupt.Catching():
+    interrupt.Check()  # Nothing came yet.
+    assert _SwallowingCtrlC()  # Python's behaviour is kept: the first raise happens at once.
+    with pytest.raises(KeyboardInterrupt):
+      interrupt.Check()
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  interrupt.Check()  # Outside, a past Ctrl-C is forgotten.
+
+
+def test_without_catching_python_alone_raises_and_check_does_not():
+  assert _SwallowingCtrlC()
+  interrupt.Check()
+
+
+def test_an_ignored_sigint_stays_ignored():
+  previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    with interrupt.Catching():
+      assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+  finally:
+    signal.signal(signal.SIGINT, previous)
