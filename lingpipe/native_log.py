@@ -11,7 +11,8 @@ level, measured), others (gRPC) ignore it, and Python's own handlers print the s
     from before TensorFlow loads to the end of the run, unless --verbose: INFO, WARNING and ERROR records are
     dropped, FATAL records and all other text pass. Python's
     sys.stderr is pointed at the terminal directly, so lingpipe's messages and Python tracebacks never go through
-    the filter and a user error is the last line the user sees.
+    the filter and a user error is the last line the user sees. At exit, native teardown writes go to /dev/null
+    (`_Filter.CloseAtExit`).
 
 A record's continuation lines are the lines that follow it in the same read of the pipe (a native record is written
 with one call). TF_CPP_MIN_LOG_LEVEL=0 turns both off.
@@ -144,6 +145,17 @@ class _Filter:
     sys.stderr = self.stderr
     os.close(self.terminal)
 
+  def CloseAtExit(self):
+    """Close() for the interpreter's exit: writes what the filter kept, then sends fd 2 to /dev/null, not the
+    terminal. What writes to fd 2 after this is native teardown (a remote context's 'Failed to register function
+    remotely' after a worker died, measured), which no thread is left to filter; a crash there still shows in the
+    exit status. Python's own last messages keep going to the terminal through sys.stderr."""
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    self.thread.join(timeout=5)
+
 
 def Filter():
   """Filters fd 2 until Close() or exit (see the module docstring). A no-op when already on, when
@@ -154,7 +166,7 @@ def Filter():
     _ACTIVE.append(_Filter())
   except (OSError, ValueError):
     return
-  atexit.register(Close)
+  atexit.register(_CloseAtExit)
 
 
 def IsFiltering():
@@ -165,3 +177,8 @@ def Close():
   """Ends Filter(); call it before os._exit, which skips atexit."""
   if _ACTIVE:
     _ACTIVE.pop().Close()
+
+
+def _CloseAtExit():
+  if _ACTIVE:
+    _ACTIVE.pop().CloseAtExit()

@@ -1,7 +1,7 @@
 """runners/interrupt.py: a Ctrl-C that library code swallows still stops the loop at its next Check()."""
 
-import os
 import signal
+import time
 
 import pytest
 
@@ -11,9 +11,10 @@ from lingpipe.runners import interrupt
 def _SwallowingCtrlC():
   """What a finalizer or a library's cleanup path does with an exception it meets."""
   try:
-    os.kill(os.getpid(), signal.SIGINT)
-    for _ in range(1000):  # The handler runs between bytecodes, soon after the signal.
-      pass
+    signal.raise_signal(signal.SIGINT)  # To this thread, so the handler runs here at the next bytecode.
+    deadline = time.time() + 10
+    while time.time() < deadline:
+      time.sleep(0.01)
   except KeyboardInterrupt:
     return True
   return False

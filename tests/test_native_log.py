@@ -59,6 +59,25 @@ def test_the_filter_keeps_native_records_off_the_terminal_and_our_line_last():
   assert filtered.stderr == 'lingpipe-train: error: ours\n'
 
 
+_TEARDOWN = """
+import atexit, os, sys
+from lingpipe import native_log
+
+def Teardown():
+  os.write(2, b'E0000 00:00:1795452804.112767 24501 context.cc:873] Failed to register function remotely\\n')
+  print('python, last', file=sys.stderr)
+
+atexit.register(Teardown)  # Registered before the filter's own handler, so it runs after it, as teardown does.
+native_log.Filter()
+print('lingpipe-train: error: ours', file=sys.stderr)
+"""
+
+
+def test_native_records_at_teardown_stay_off_the_terminal():
+  result = _Run(_TEARDOWN)
+  assert result.returncode == 0 and result.stderr == 'lingpipe-train: error: ours\npython, last\n', result.stderr
+
+
 def _Binary(name):
   path = os.path.join(os.path.dirname(sys.executable), name)
   return [path] if os.path.exists(path) else [sys.executable, '-m', 'lingpipe.' + name.split('-')[1].replace(
