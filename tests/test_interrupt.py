@@ -20,6 +20,18 @@ def _SwallowingCtrlC():
   return False
 
 
+@pytest.fixture
+def python_sigint():
+  """SIGINT as Python sets it up in a terminal. A suite started in the background of a non-interactive shell (as CI
+  may do) inherits it ignored, and Python then leaves it ignored."""
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  yield
+  signal.signal(signal.SIGINT, previous)
+
+
+pytestmark = pytest.mark.usefixtures('python_sigint')
+
+
 def test_a_swallowed_ctrl_c_is_raised_again_at_the_next_check():
   with interrupt.Catching():
     interrupt.Check()  # Nothing came yet.
