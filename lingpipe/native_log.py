@@ -12,7 +12,7 @@ level, measured), others (gRPC) ignore it, and Python's own handlers print the s
     dropped, FATAL records and all other text pass. Python's
     sys.stderr is pointed at the terminal directly, so lingpipe's messages and Python tracebacks never go through
     the filter and a user error is the last line the user sees. At exit, native teardown writes go to /dev/null
-    (`_Filter.CloseAtExit`).
+    (`_Filter.Close`).
 
 A record's continuation lines are the lines that follow it in the same read of the pipe (a native record is written
 with one call). TF_CPP_MIN_LOG_LEVEL=0 turns both off.
@@ -136,25 +136,21 @@ class _Filter:
     except OSError:  # The terminal is gone (EPIPE): drop the text, keep draining.
       pass
 
-  def Close(self):
-    """Restores fd 2 and sys.stderr; waits until the filter has written what it kept."""
+  def Close(self, at_exit=False):
+    """Ends the filter once it has written what it kept: fd 2 and sys.stderr go back to the terminal. At the
+    interpreter's exit fd 2 goes to /dev/null instead and sys.stderr stays on the terminal: what writes to fd 2
+    after that is native teardown (a remote context's 'Failed to register function remotely' after a worker died,
+    measured), which no thread is left to filter; a crash there still shows in the exit status."""
     sys.stderr.flush()
-    os.dup2(self.terminal, 2)  # Closes the pipe's last write end: the thread reads to its end and exits.
+    target = os.open(os.devnull, os.O_WRONLY) if at_exit else self.terminal
+    os.dup2(target, 2)  # Closes the pipe's last write end: the thread reads to its end and exits.
     self.thread.join(timeout=5)
+    if at_exit:
+      os.close(target)
+      return
     sys.stderr.close()
     sys.stderr = self.stderr
     os.close(self.terminal)
-
-  def CloseAtExit(self):
-    """Close() for the interpreter's exit: writes what the filter kept, then sends fd 2 to /dev/null, not the
-    terminal. What writes to fd 2 after this is native teardown (a remote context's 'Failed to register function
-    remotely' after a worker died, measured), which no thread is left to filter; a crash there still shows in the
-    exit status. Python's own last messages keep going to the terminal through sys.stderr."""
-    sys.stderr.flush()
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    os.close(null)
-    self.thread.join(timeout=5)
 
 
 def Filter():
@@ -166,19 +162,14 @@ def Filter():
     _ACTIVE.append(_Filter())
   except (OSError, ValueError):
     return
-  atexit.register(_CloseAtExit)
+  atexit.register(Close, at_exit=True)
 
 
 def IsFiltering():
   return bool(_ACTIVE)
 
 
-def Close():
-  """Ends Filter(); call it before os._exit, which skips atexit."""
+def Close(at_exit=False):
+  """Ends Filter(); call it before os._exit, which skips atexit (see _Filter.Close for `at_exit`)."""
   if _ACTIVE:
-    _ACTIVE.pop().Close()
-
-
-def _CloseAtExit():
-  if _ACTIVE:
-    _ACTIVE.pop().CloseAtExit()
+    _ACTIVE.pop().Close(at_exit)

@@ -1,9 +1,9 @@
 """Ctrl-C that is never lost.
 
 Python turns SIGINT into a KeyboardInterrupt raised in whatever Python code the main thread runs next. In a
-TensorFlow program that is sometimes code that swallows it: a finalizer run by the garbage collector (where Python
-only prints 'Exception ignored in ...') or a library's cleanup path. The trainer then went on training, 1 Ctrl-C in
-about 50 under load (measured: the process stayed busy at step boundaries 40 s after the signal, with
+TensorFlow program that is sometimes code that swallows it (which frame did was not pinned down; a finalizer run by
+the garbage collector, where Python only prints 'Exception ignored in ...', can). The trainer then went on
+training, 1 Ctrl-C in about 50 under load (measured: still training 40 s after the signal, with
 `--max_steps=10000000`).
 
 `Catching()` keeps Python's behaviour (the first Ctrl-C still raises at once, so a long trace or input read stops
