@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import errors
+from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule
 from lingpipe.layers import batch_norm
 from lingpipe.layers import linear
@@ -163,12 +164,12 @@ def test_the_measured_timeline_follows_the_plan(schedule_name, v):
   for d in range(num_devices):  # Each device ran its forwards and backwards interleaved, in the plan's order.
     measured = [(e.kind, e.micro_batch, e.cell) for e in sorted(events, key=lambda e: e.start)
                 if e.device == pipe.devices[d]]
-    planned = [(a.kind, a.micro_batch, a.cell) for a in plan.DeviceActions(d) if a.kind != schedule.SEND]
+    planned = [(a.kind, a.micro_batch, a.cell) for a in plan.DeviceActions(d) if a.kind != plan_lib.SEND]
     assert [e for e in measured if e[0] != timeline.RECOMPUTE] == planned
     # Each cell's first backward re-computes early (executor._EarlyRecompute): right before that backward.
     for i, (kind, m, cell) in enumerate(measured):
       if kind == timeline.RECOMPUTE:
-        assert measured[i + 1] == (schedule.BACKWARD, m, cell), measured
+        assert measured[i + 1] == (plan_lib.BACKWARD, m, cell), measured
 
 
 def test_virtual_stages_errors_name_the_fix():

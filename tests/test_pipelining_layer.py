@@ -279,7 +279,7 @@ def test_steady_ticks_run_as_a_loop_so_the_graph_does_not_grow_with_m(policy, ca
     _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m, remat=policy)
     counts[m] = _CellCalls(_StepGraph(pipe, _Input(batch=32)))
   # Per pass: K(K+1)/2 fill tasks + K in the loop body + K(K-1)/2 drain tasks = K(K+1) = 6 for K=2; the taped
-  # last micro-batch's ticks run unrolled, 2 more calls per pass (schedule.SteadyTicks). In GPipe 'always' keeps
+  # last micro-batch's ticks run unrolled, 2 more calls per pass (phase_loop.SteadyTicks). In GPipe 'always' keeps
   # that micro-batch's activations too: its backward comes next on its device (schedule.KeepWhereBackwardFollows).
   assert counts == {8: calls, 32: calls}
 

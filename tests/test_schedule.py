@@ -3,8 +3,10 @@
 import pytest
 
 from lingpipe.core import errors
+from lingpipe.gpipe import phase_loop
+from lingpipe.gpipe import plan as plan_lib
+from lingpipe.gpipe.plan import Action
 from lingpipe.gpipe import schedule
-from lingpipe.gpipe.schedule import Action
 
 
 def test_the_plan_matches_the_docstring_diagram():
@@ -67,7 +69,7 @@ def test_remat_policy_decides_what_each_forward_keeps():
     (1, 1, None, [(0, 1, 1)])])
 def test_steady_ticks(m, k, remat, steady):
   plan = schedule.MakePlan('gpipe', m, k, remat=remat)
-  assert [schedule.SteadyTicks(phase) for phase in plan.phases] == steady
+  assert [phase_loop.SteadyTicks(phase) for phase in plan.phases] == steady
 
 
 def _Broken(plan, phase_index, tick_index, tick):
@@ -80,21 +82,21 @@ def _Broken(plan, phase_index, tick_index, tick):
 
 def test_check_rejects_inconsistent_plans():
   plan = schedule.MakePlan('gpipe', 2, 2, remat='always')
-  schedule.Check(plan)
+  plan_lib.Check(plan)
   # Tick 1 of the forward: cell 1 reads micro-batch 0, then cell 0 runs micro-batch 1 and sends it.
   tick = plan.Phase('forward').ticks[1]
   with pytest.raises(errors.ConfigError, match='before cell 0 produced it'):
-    schedule.Check(_Broken(plan, 0, 1, tick[2:] + tick[:2]))  # The send before the forward it sends.
+    plan_lib.Check(_Broken(plan, 0, 1, tick[2:] + tick[:2]))  # The send before the forward it sends.
   with pytest.raises(errors.ConfigError, match='finds no message from cell 0'):
-    schedule.Check(_Broken(plan, 0, 0, plan.Phase('forward').ticks[0][:1]))  # Tick 0 does not send.
+    plan_lib.Check(_Broken(plan, 0, 0, plan.Phase('forward').ticks[0][:1]))  # Tick 0 does not send.
   with pytest.raises(errors.ConfigError, match='never sent or read'):
-    schedule.Check(_Broken(plan, 0, 2, ()))  # Cell 1 never runs micro-batch 1.
+    plan_lib.Check(_Broken(plan, 0, 2, ()))  # Cell 1 never runs micro-batch 1.
   with pytest.raises(errors.ConfigError, match='one device two tasks'):
-    schedule.Check(_Broken(plan, 0, 1, tick + (Action('forward', 1, 1, 1, keep='input'),)))
+    plan_lib.Check(_Broken(plan, 0, 1, tick + (Action('forward', 1, 1, 1, keep='input'),)))
   backward_tick = plan.Phase('backward').ticks[0]
   with pytest.raises(errors.ConfigError, match='does not match what its forward kept'):
     flipped = backward_tick[0]._replace(recompute=not backward_tick[0].recompute)
-    schedule.Check(_Broken(plan, 1, 0, (flipped,) + backward_tick[1:]))
+    plan_lib.Check(_Broken(plan, 1, 0, (flipped,) + backward_tick[1:]))
 
 
 def test_bubble_and_ideal_speedup():
@@ -139,4 +141,4 @@ def test_cells_and_devices_must_agree():
   plan = schedule.MakePlan('interleaved_1f1b', 2, 4, 'always', num_devices=2)
   moved = plan.phases[0].ticks[0][0]._replace(device=1)  # Cell 0's first forward on the other device.
   with pytest.raises(errors.ConfigError, match='cell 0 runs on devices 1 and 0'):
-    schedule.Check(_Broken(plan, 0, 0, (moved,) + plan.phases[0].ticks[0][1:]))
+    plan_lib.Check(_Broken(plan, 0, 0, (moved,) + plan.phases[0].ticks[0][1:]))

@@ -12,6 +12,7 @@ import tensorflow as tf
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.gpipe import pipelining_layer
+from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule
 from lingpipe.gpipe import timeline
 import pipeline_test_util as util
@@ -54,7 +55,7 @@ def test_recording_changes_no_result_and_follows_the_schedule(remat):
   assert recorder.Plans() == {'net': plan}
   for k in range(num_cells):  # Each device runs its actions in the plan's order.
     own = [e for e in events if e.cell == k]
-    planned = [(a.kind, a.micro_batch) for a in plan.DeviceActions(k) if a.kind != schedule.SEND]
+    planned = [(a.kind, a.micro_batch) for a in plan.DeviceActions(k) if a.kind != plan_lib.SEND]
     assert all(e.start <= e.end for e in own)
     assert [(e.kind, e.micro_batch) for e in own if e.kind == timeline.FORWARD] == planned[:num_micro]
     if remat == 'always':  # The taped backward of the other policies may interleave its tasks' ops.

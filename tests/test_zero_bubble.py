@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import errors
+from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule
 from lingpipe.gpipe import split_backward
 from lingpipe.layers import batch_norm
@@ -43,11 +44,11 @@ def test_the_plan_matches_the_docstring_and_fills_one_f_one_bs_bubble():
 def test_check_rejects_a_weight_action_before_its_backward():
   plan = schedule.MakePlan('zero_bubble', 2, 1, 'never')
   actions = [a for tick in plan.phases[0].ticks for a in tick]
-  weight = next(a for a in actions if a.kind == schedule.WEIGHT)
+  weight = next(a for a in actions if a.kind == plan_lib.WEIGHT)
   rest = [a for a in actions if a is not weight]
-  broken = plan._replace(phases=(schedule.Phase(schedule.STEP, tuple((a,) for a in [weight] + rest)),))
+  broken = plan._replace(phases=(plan_lib.Phase(plan_lib.STEP, tuple((a,) for a in [weight] + rest)),))
   with pytest.raises(errors.ConfigError, match='weight gradients .* run before its backward'):
-    schedule.Check(broken)
+    plan_lib.Check(broken)
 
 
 def _Dense(x, params):

@@ -7,13 +7,7 @@ backward actions, which send nothing, are ordered by their weight-gradient sums 
 edges between devices are the SENDs, a copy of the result onto the receiving cell's device (`HandOff`), which the
 receiving action reads. Because the next action on the sender waits for that copy, a result leaves as soon as it
 exists (measured across processes without it: cell 1 started micro-batch 0 after cell 0 had finished all four).
-
-The ticks where the plan repeats one pattern with the micro-batches shifted (schedule.SteadyTicks) run as one
-`tf.while_loop` whose body is that pattern, with the micro-batch index a loop variable: the graph size and time to
-first step stay nearly flat in M (measured for a 12-layer Transformer at K=4: 256 call sites at M=32 took 7 s
-before the first step unrolled). Ticks before the loop run unrolled and give every loop variable its value. A
-tick whose actions keep activations on a GradientTape (remat 'never', the last micro-batch of 'except_last') is
-never looped: a tape cannot outlive a loop iteration.
+A phase's steady ticks run as one loop (phase_loop.py).
 
 A plan that splits the backward ('zero_bubble') traces its cells inline instead (Cells.body), so that a BACKWARD
 can leave the weight gradients to its WEIGHT action (split_backward.py); on one device the runtime may then
@@ -40,7 +34,8 @@ from typing import Any, Callable, Dict, List, NamedTuple
 
 import tensorflow as tf
 
-from lingpipe.gpipe import schedule as schedule_lib
+from lingpipe.gpipe import phase_loop
+from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import split_backward
 from lingpipe.gpipe import timeline
 
@@ -96,77 +91,12 @@ class ForwardResult(NamedTuple):
   kept: Kept
 
 
+
+
 def HandOff(structure, device):
   """`structure` copied onto `device` (a SEND)."""
   with tf.device(device):
     return tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), structure)
-
-
-def Opaque(constant):
-  """`constant`, hidden from graph optimization. Grappler specializes a function call for each distinct constant
-  argument, which instantiated and optimized every (micro-batch, cell) call separately: time to first step grew
-  linearly with M (measured: 5.7 s at M=4, 21 s at M=16 for a 12-layer Transformer at K=4)."""
-  return tf.raw_ops.PlaceholderWithDefault(input=constant, shape=constant.shape)
-
-
-def Index(m):
-  """The micro-batch index argument of a cell call."""
-  return Opaque(tf.constant(m, tf.int64)) if isinstance(m, int) else tf.cast(m, tf.int64)
-
-
-class MicroBatches:
-  """Micro-batch m, for an int m (the element of the list `micro`) or, inside the loop, a tensor m (a gather on
-  `device` from `stacked`, the same micro-batches as [M, <micro-batch>] leaves; needed only when looped)."""
-
-  def __init__(self, micro, stacked, device):
-    self._micro, self._stacked, self._device = micro, stacked, device
-
-  def At(self, m):
-    if isinstance(m, int):
-      return self._micro[m]
-    with tf.device(self._device):
-      return tf.nest.map_structure(lambda s: tf.gather(s, m), self._stacked)
-
-
-def Loops(plan, phase, loop=True):
-  """The ticks of `phase` the executor runs as one tf.while_loop: (first, stop, step) with the loop running
-  ticks first .. stop-1, or None when every tick runs unrolled (loop=False, no repeated pattern, or taped)."""
-  start, stop, step = schedule_lib.SteadyTicks(plan.Phase(phase))
-  template = plan.Phase(phase).ticks[start + 1] if stop - start > 1 else ()
-  taped = any(a.keep == schedule_lib.KEEP_ACTIVATIONS or (a.kind == schedule_lib.BACKWARD and not a.recompute)
-              for a in template)
-  if not loop or stop - start < 2 or taped:
-    return None
-  return start + 1, stop, step
-
-
-def _RunPhase(plan, phase, run_action, state, loop):
-  """state = run_action(action, micro_batch, state) for the phase's actions in plan order; with a loop, the
-  body's micro-batches are tensors."""
-  ticks = plan.Phase(phase).ticks
-  looped = Loops(plan, phase, loop)
-
-  def Tick(actions, state, offset=None):
-    state = type(state)(*[dict(field) for field in state])  # Each tick builds new dicts: loop vars stay intact.
-    for a in actions:
-      m = a.micro_batch if offset is None else a.micro_batch + offset
-      state = run_action(a, m, state)
-    return state
-
-  if looped is None:
-    for tick in ticks:
-      state = Tick(tick, state)
-    return state
-  first, stop, step = looped
-  for tick in ticks[:first]:
-    state = Tick(tick, state)
-  count = stop - first
-  # Iterations may overlap as far as the data allow, as the unrolled ticks would.
-  _, state = tf.while_loop(lambda i, _: i < count, lambda i, s: (i + 1, Tick(ticks[first], s, i * step)),
-                           (tf.constant(0), state), parallel_iterations=count, maximum_iterations=count)
-  for tick in ticks[stop:]:
-    state = Tick(tick, state)
-  return state
 
 
 def CutFromCallerTapes(structure):
@@ -223,12 +153,12 @@ class _Interpreter:
     self.pending = {}  # {(micro-batch, cell): split_backward.Pending} between a split BACKWARD and its WEIGHT
 
   def __call__(self, a, m, state):
-    if a.kind == schedule_lib.SEND:
+    if a.kind == plan_lib.SEND:
       state = self.Send(a, state)
     else:
       self.ends.pop(a.device, None)  # This action waits for it (state.last).
-      state = {schedule_lib.FORWARD: self.Forward, schedule_lib.BACKWARD: self.Backward,
-               schedule_lib.WEIGHT: self.Weight}[a.kind](a, m, state)
+      state = {plan_lib.FORWARD: self.Forward, plan_lib.BACKWARD: self.Backward,
+               plan_lib.WEIGHT: self.Weight}[a.kind](a, m, state)
     if a.device in self.ends:
       state.last[a.device] = list(state.last.get(a.device, [])) + [self.ends[a.device]]
     return state
@@ -280,19 +210,19 @@ class _Interpreter:
     device, like, tapes = cells.devices[k], self.kept.like, self.kept.tapes
     cell_in = self.inputs.At(m) if k == 0 else self._Receive(state, (k - 1, k))
     like.setdefault(k, cell_in)
-    call = lambda: cells.forward[k](cell_in, Index(m), cells.params[k])
+    call = lambda: cells.forward[k](cell_in, phase_loop.Index(m), cells.params[k])
     with tf.device(device), tf.control_dependencies(state.last.get(a.device, [])):
-      if a.keep == schedule_lib.KEEP_ACTIVATIONS and self.split:
+      if a.keep == plan_lib.KEEP_ACTIVATIONS and self.split:
         def Recorded():
-          recorded = split_backward.Record(lambda x, params: cells.body[k](x, Index(m), params, False), cell_in,
-                                           cells.params[k])
+          recorded = split_backward.Record(lambda x, params: cells.body[k](x, phase_loop.Index(m), params, False),
+                                           cell_in, cells.params[k])
           tapes[(m, k)] = recorded[2]
           return recorded[:2]
         cell_out, moments = self._Run(state, a, m, device, cell_in, Recorded, False)
-      elif a.keep == schedule_lib.KEEP_ACTIVATIONS:
+      elif a.keep == plan_lib.KEEP_ACTIVATIONS:
         inline = self.loss is not None and cells.body is not None
         if inline:  # The weight gradients are summed layer by layer (see the module docstring).
-          call = lambda: cells.body[k](cell_in, Index(m), cells.params[k], False)
+          call = lambda: cells.body[k](cell_in, phase_loop.Index(m), cells.params[k], False)
         tape = tf.GradientTape(watch_accessed_variables=False)
         with tape:
           _Watch(tape, cell_in, cells.params[k])
@@ -300,7 +230,7 @@ class _Interpreter:
         tapes[(m, k)] = (cell_in, cell_out, tape)
       else:
         cell_out, moments = self._Run(state, a, m, device, cell_in, call, True)
-    if a.keep == schedule_lib.KEEP_INPUT and k > 0:  # Cell 0's inputs are the micro-batches, kept anyway.
+    if a.keep == plan_lib.KEEP_INPUT and k > 0:  # Cell 0's inputs are the micro-batches, kept anyway.
       if self.loss is not None:
         self.kept_inputs[(m, k)] = cell_in
       else:
@@ -351,7 +281,7 @@ class _Interpreter:
         in_grads, state.accumulated[k] = self._EarlyRecompute(a, m, state, cell_in, upstream)
       else:
         if a.recompute:
-          call = lambda: cells.backward[k](cell_in, upstream, Index(m), cells.params[k], acc)
+          call = lambda: cells.backward[k](cell_in, upstream, phase_loop.Index(m), cells.params[k], acc)
         else:
           def call():
             in_grads, param_grads = cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out)
@@ -391,7 +321,7 @@ class _Interpreter:
     def Recompute():
       with tape:
         _Watch(tape, cell_in, cells.params[k])
-        return cells.body[k](cell_in, Index(m), cells.params[k], True)[0]
+        return cells.body[k](cell_in, phase_loop.Index(m), cells.params[k], True)[0]
 
     cell_out = self._Run(state, a, m, device, cell_in, Recompute, False, kind=timeline.RECOMPUTE)
     recomputed = state.times[(timeline.RECOMPUTE, k)].flow if self.recording else []  # Its end stamp, written.
@@ -409,8 +339,8 @@ class _Interpreter:
         if recorded is None:
           with tf.control_dependencies([g for g in tf.nest.flatten(upstream) if g is not None]):
             gated = tf.nest.map_structure(tf.identity, cell_in)  # Re-compute once the gradient has arrived.
-          recorded = split_backward.Record(lambda x, params: cells.body[k](x, Index(m), params, True), gated,
-                                           cells.params[k])[2]
+          recorded = split_backward.Record(lambda x, params: cells.body[k](x, phase_loop.Index(m), params, True),
+                                           gated, cells.params[k])[2]
         in_grads, self.pending[(m, k)] = split_backward.InputGrads(recorded, upstream)
         return in_grads
       in_grads = self._Run(state, a, m, device, [cell_in, upstream], Call, False)
@@ -467,9 +397,9 @@ def Forward(plan, cells, micro, stacked, recorder=None, name='', loop=True):
   """Runs the plan's forward phase. `micro`: the micro-batches, a list; `stacked`: the same as microbatch.Stacked
   gives them (needed when Loops says the phase loops). Returns a ForwardResult. With a timeline.Recorder, every
   action's timestamps are added to it as pipeline `name`'s forward pass."""
-  inputs = MicroBatches(micro, stacked, cells.devices[0])
+  inputs = phase_loop.MicroBatches(micro, stacked, cells.devices[0])
   run = _Interpreter(plan, cells, inputs=inputs, recording=recorder is not None)
-  state = _RunPhase(plan, schedule_lib.FORWARD, run, _EmptyState(), loop)
+  state = phase_loop.RunPhase(plan, plan_lib.FORWARD, run, _EmptyState(), loop)
   _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan)
   with tf.device(cells.devices[-1]):  # Stacked where they were written: no copy.
     outputs = tf.nest.pack_sequence_as(run.kept.like['out'],
@@ -485,10 +415,11 @@ def Backward(plan, cells, dy_micro, dy_stacked, kept, recorder=None, name='', lo
   parameter gradients summed over the micro-batches}). With a timeline.Recorder, every action's timestamps are
   added to it as pipeline `name`'s backward pass.
   """
-  upstreams = MicroBatches(dy_micro, dy_stacked, cells.devices[-1])
+  upstreams = phase_loop.MicroBatches(dy_micro, dy_stacked, cells.devices[-1])
   run = _Interpreter(plan, cells, upstreams=upstreams, kept=kept, recording=recorder is not None)
   # Each device's first backward waits for its last forward (a re-computation may start before its gradient).
-  state = _RunPhase(plan, schedule_lib.BACKWARD, run, _EmptyState()._replace(last=dict(kept.last or {})), loop)
+  start = _EmptyState()._replace(last=dict(kept.last or {}))
+  state = phase_loop.RunPhase(plan, plan_lib.BACKWARD, run, start, loop)
   _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.RECOMPUTE, cells.devices, state, plan)
   return _InputGrads(state, kept.like[0]), state.accumulated
@@ -500,9 +431,9 @@ def Step(plan, cells, micro, loss, recorder=None, name=''):
   the loss w.r.t. those outputs, which starts m's backward. Returns (input gradient TensorArrays as Backward's,
   {cell: parameter gradients summed over the micro-batches}, {layer path: moments.Moments}). Unrolled: the
   graph grows with M."""
-  inputs = MicroBatches(micro, None, cells.devices[0])
+  inputs = phase_loop.MicroBatches(micro, None, cells.devices[0])
   run = _Interpreter(plan, cells, inputs=inputs, loss=loss, recording=recorder is not None)
-  state = _RunPhase(plan, schedule_lib.STEP, run, _EmptyState(), loop=False)
+  state = phase_loop.RunPhase(plan, plan_lib.STEP, run, _EmptyState(), loop=False)
   _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.RECOMPUTE, cells.devices, state, plan)

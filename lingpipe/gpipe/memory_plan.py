@@ -42,6 +42,7 @@ import tensorflow as tf
 from lingpipe.core import base_layer
 from lingpipe.core import errors
 from lingpipe.gpipe import partition
+from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import saved_activations
 from lingpipe.gpipe import schedule as schedule_lib
 
@@ -176,12 +177,12 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     # Per micro-batch: what a forward keeps (its input; with its activations when taped), and the backward's
     # working set (re-computed activations, and the gradients of the two largest outputs).
     activations[k] = (cell_in + inside) / num_micro
-    kept[k] = {schedule_lib.KEEP_INPUT: cell_in / num_micro, schedule_lib.KEEP_ACTIVATIONS: activations[k]}
+    kept[k] = {plan_lib.KEEP_INPUT: cell_in / num_micro, plan_lib.KEEP_ACTIVATIONS: activations[k]}
     if remat in ('except_last', 'always'):
       # A forward keeps its activations only where its backward comes next on its device (always: the plan's
       # KeepWhereBackwardFollows), so they are used (and freed) before anything is re-computed: at most one
       # micro-batch's at a time, counted once (below: `ends` for except_last, the working set for always).
-      kept[k][schedule_lib.KEEP_ACTIVATIONS] = cell_in / num_micro
+      kept[k][plan_lib.KEEP_ACTIVATIONS] = cell_in / num_micro
     # except_last: counted in `ends` below; a split backward's re-computed activations are stash (held to the W).
     recomputed = inside / num_micro if remat == 'always' and not plan.splits_backward else 0
     working[k] = recomputed + sum(sorted(outs, reverse=True)[:2]) / num_micro
@@ -195,18 +196,18 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     keeps = {}
     called = []  # The cells whose backwards are traced calls (re-computing ones; the others use a tape).
     for a in plan.DeviceActions(d):
-      if a.kind == schedule_lib.BACKWARD and a.recompute:
+      if a.kind == plan_lib.BACKWARD and a.recompute:
         called.append(a.cell)
-      if a.kind == schedule_lib.FORWARD:
+      if a.kind == plan_lib.FORWARD:
         keeps[(a.micro_batch, a.cell)] = kept[a.cell][a.keep]
         stash += keeps[(a.micro_batch, a.cell)]
         peak = max(peak, stash)
-      elif a.kind == schedule_lib.BACKWARD and splits_backward:
+      elif a.kind == plan_lib.BACKWARD and splits_backward:
         # The deferred weight gradients read the activations: held from here (re-computed, or kept) to the WEIGHT.
         stash += activations[a.cell] - keeps[(a.micro_batch, a.cell)]
         keeps[(a.micro_batch, a.cell)] = activations[a.cell]
         peak = max(peak, stash)
-      elif a.kind in (schedule_lib.BACKWARD, schedule_lib.WEIGHT):
+      elif a.kind in (plan_lib.BACKWARD, plan_lib.WEIGHT):
         stash -= keeps.pop((a.micro_batch, a.cell))
     w = sum(weights[k] for k in own)
     if num_micro == 1 or (remat == 'never' and schedule == 'gpipe'):

@@ -43,6 +43,8 @@ from lingpipe.gpipe import loss_step
 from lingpipe.gpipe import memory_plan
 from lingpipe.gpipe import microbatch
 from lingpipe.gpipe import partition
+from lingpipe.gpipe import phase_loop
+from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import remat
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe import timeline
@@ -373,7 +375,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
     with tf.device(devices[0]):
       stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
-                 if executor.Loops(plan, schedule_lib.FORWARD) else None)
+                 if phase_loop.Loops(plan, plan_lib.FORWARD) else None)
     params = self.ReadParams(r)
     if training:
       params = executor.CutFromCallerTapes(params)
@@ -466,11 +468,11 @@ class PipeliningLayer(base_layer.BaseLayer):
         devices = self._mesh[r]
         num_micro = forward.plan.num_micro_batches
         dy = tf.nest.pack_sequence_as(outputs, [
-            executor.Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
+            phase_loop.Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
         dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
         with tf.device(devices[-1]):
           dy_stacked = (microbatch.Stacked(dy, num_micro, p.batch_dim, forward.pad_rows)
-                        if executor.Loops(forward.plan, schedule_lib.BACKWARD) else None)
+                        if phase_loop.Loops(forward.plan, plan_lib.BACKWARD) else None)
         recorder = timeline.Current()
         cells = self.ExecutorCells(r, forward.params, True, forward.padding, recorder is not None)
         first, accumulated = executor.Backward(forward.plan, cells, dy_micro, dy_stacked, forward.kept,

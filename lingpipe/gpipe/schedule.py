@@ -1,12 +1,4 @@
-"""Pipeline schedules as data: a Plan lists, for each device, the actions it runs, in order.
-
-Actions (`Action`): FORWARD of micro-batch m through cell k; BACKWARD of it, which either re-computes the cell's
-forward from its stored input (re-materialization, `recompute=True`) or uses the activations its forward kept;
-WEIGHT, in plans that split the backward ('zero_bubble'): the weight gradients of a BACKWARD that computed only
-the input gradients, deferred into what would be bubbles; and SEND of cell k's result for m to the device of the
-cell that needs it next (activations to cell k+1 in the forward, input gradients to cell k-1 in the backward). A
-receive is not an action: the receiving action reads the message, and that copy onto its device is the only edge
-between devices (executor.py).
+"""Pipeline schedules: each is a function returning the Plan (plan.py) of one training or evaluation step.
 
 GPipe's fill-drain schedule ('gpipe'), M=4 micro-batches through K=3 cells, cell k on device k; Fm is the
 forward and Bm the backward of micro-batch m, each column a clock tick:
@@ -20,102 +12,26 @@ forward and Bm the backward of micro-batch m, each column a clock tick:
 Forward task (m, k) runs at tick m + k and backward task (m, k) at tick M+K-2-m-k. Each device idles K-1 of the
 M+K-1 ticks of each pass: the bubble, (K-1)/(M+K-1), small when M >= 4K. From tick K-1 to M-1 every device is
 busy and each tick is the previous one with every micro-batch one higher: the executor runs those ticks as one
-loop (`SteadyTicks`), so the graph does not grow with M.
+loop (phase_loop.SteadyTicks), so the graph does not grow with M.
 
 '1f1b', 'interleaved_1f1b' and 'zero_bubble' compute the loss inside the pipeline and interleave forwards and
 backwards in one phase (their functions below draw them); 'zero_bubble' splits each backward into BACKWARD and
 WEIGHT actions (split_backward.py).
 
-The plan also says what each forward keeps for the backward (`keep`): nothing (evaluation), the cell's input
-(re-computing backward), or its activations (taped backward), per the re-materialization policy. A new schedule
-is a new function here returning a Plan; `Check` proves it consistent before any TensorFlow runs it.
+Each forward keeps for the backward what the re-materialization policy asks (`remat`); where a device runs a
+micro-batch's backward right after its forward, it keeps the activations instead (`KeepWhereBackwardFollows`). A
+new schedule is a new function here returning a Plan; `MakePlan` checks it (plan.Check) before any TensorFlow
+runs it.
 """
 
-from typing import NamedTuple, Tuple
-
 from lingpipe.core import errors
+from lingpipe.gpipe.plan import Action, Check, Needs, Phase, Plan
+from lingpipe.gpipe.plan import BACKWARD, FORWARD, KEEP_ACTIVATIONS, KEEP_INPUT, KEEP_NOTHING, SEND, STEP, WEIGHT
 
 SCHEDULES = ('gpipe', '1f1b', 'interleaved_1f1b', 'zero_bubble')
 # Schedules that run backwards before all forwards: the loss is computed inside the pipeline.
 NEEDS_LOSS = ('1f1b', 'interleaved_1f1b', 'zero_bubble')
 REMAT_POLICIES = ('always', 'except_last', 'never')
-FORWARD, BACKWARD, WEIGHT, SEND, STEP = 'forward', 'backward', 'weight', 'send', 'step'
-KEEP_NOTHING, KEEP_INPUT, KEEP_ACTIVATIONS = 'nothing', 'input', 'activations'
-
-
-class Action(NamedTuple):
-  """One thing one device does. For SEND, `cell` is the sender and `to_cell` the cell whose device receives."""
-  kind: str
-  micro_batch: int
-  cell: int
-  device: int
-  keep: str = KEEP_NOTHING  # FORWARD: what it keeps for the backward.
-  recompute: bool = False  # BACKWARD: re-compute the forward from the kept input (else use kept activations).
-  to_cell: int = -1  # SEND only.
-
-  def Shifted(self, delta):
-    """The same action for micro-batch micro_batch + delta."""
-    return self._replace(micro_batch=self.micro_batch + delta)
-
-  def __str__(self):
-    if self.kind == SEND:
-      return 'S%d:%d>%d' % (self.micro_batch, self.cell, self.to_cell)
-    return '%s%d' % (self.kind[0].upper(), self.micro_batch)
-
-
-class Phase(NamedTuple):
-  """Part of a step run as one TensorFlow call: the forward pass, or the backward pass. `ticks[t]` lists the
-  actions of tick t in build order: every action reads its message before the sender of the next one writes it."""
-  name: str
-  ticks: Tuple[Tuple[Action, ...], ...]
-
-
-class Plan(NamedTuple):
-  schedule: str
-  num_micro_batches: int
-  num_cells: int
-  num_devices: int
-  remat: str  # None for a forward-only (evaluation) plan.
-  phases: Tuple[Phase, ...]
-
-  @property
-  def splits_backward(self):
-    """Whether BACKWARD computes only input gradients, and WEIGHT actions the weight gradients."""
-    return any(a.kind == WEIGHT for phase in self.phases for tick in phase.ticks for a in tick)
-
-  def Phase(self, name):
-    for phase in self.phases:
-      if phase.name == name:
-        return phase
-    raise errors.ConfigError('Plan %r has no phase %r; it has %s.' % (
-        self.schedule, name, ', '.join(p.name for p in self.phases)))
-
-  def DeviceActions(self, device, phase=None):
-    """The actions of `device` in the order it runs them (in one phase, or in all)."""
-    phases = self.phases if phase is None else [self.Phase(phase)]
-    return [a for p in phases for tick in p.ticks for a in tick if a.device == device]
-
-  def ComputeOrder(self, phase):
-    """(micro_batch, cell) of the phase's FORWARD or BACKWARD actions, in build order."""
-    return [(a.micro_batch, a.cell) for tick in self.Phase(phase).ticks for a in tick if a.kind != SEND]
-
-  def _Name(self, action):
-    """Fm/Bm; with more cells than devices Fm:c, c the cell."""
-    return str(action) if self.num_cells == self.num_devices else '%s:%d' % (action, action.cell)
-
-  def Diagram(self):
-    """The plan drawn as in this module's docstring, one block per phase."""
-    lines = []
-    for phase in self.phases:
-      width = max([len(self._Name(a)) for tick in phase.ticks for a in tick if a.kind != SEND] + [2]) + 2
-      lines.append('%s (%d ticks)' % (phase.name, len(phase.ticks)))
-      for d in range(self.num_devices):
-        cells = []
-        for tick in phase.ticks:
-          names = [self._Name(a) for a in tick if a.device == d and a.kind != SEND]
-          cells.append((names[0] if names else '.').ljust(width))
-        lines.append(('dev %d  ' % d) + ''.join(cells).rstrip())
-    return '\n'.join(lines)
 
 
 def _CheckSizes(num_micro_batches, num_cells):
@@ -336,15 +252,6 @@ def _OneForwardOneBackward(forwards, backwards, warm):
   return order + backwards[len(forwards) - warm:]
 
 
-def _Needs(kind, micro_batch, cell, num_cells):
-  """The compute actions (kind, micro-batch, cell) whose results the action reads: a forward, the previous
-  cell's forward; a backward, its own forward and the next cell's backward; a weight action, its backward."""
-  if kind == FORWARD:
-    return [(FORWARD, micro_batch, cell - 1)] if cell > 0 else []
-  if kind == WEIGHT:
-    return [(BACKWARD, micro_batch, cell)]
-  return [(FORWARD, micro_batch, cell)] + ([(BACKWARD, micro_batch, cell + 1)] if cell + 1 < num_cells else [])
-
 
 def _ListTicks(name, orders, num_micro, num_cells, remat):
   """The Plan of devices running their `orders` (orders[d]: (kind, micro-batch, cell) in device d's order): at
@@ -357,7 +264,7 @@ def _ListTicks(name, orders, num_micro, num_cells, remat):
       if position[d] == len(orders[d]):
         continue
       kind, m, k = orders[d][position[d]]
-      if any(done.get(n, t) >= t for n in _Needs(kind, m, k, num_cells)):
+      if any(done.get(n, t) >= t for n in Needs(kind, m, k, num_cells)):
         continue
       position[d] += 1
       done[(kind, m, k)] = t
@@ -381,93 +288,6 @@ def _ListTicks(name, orders, num_micro, num_cells, remat):
   return Plan(name, num_micro, num_cells, len(orders), remat, (phase,))
 
 
-def Check(plan):
-  """Raises ConfigError unless `plan` is runnable: every forward and (when training) backward of every
-  (micro-batch, cell) once (and, in a plan that splits the backward, its weight gradients once, after it); one
-  compute action per device per tick; a cell's forward reads the message its predecessor sent for the same
-  micro-batch (the backward's, its successor's), messages on a channel read in the order sent; every result a
-  later cell needs is sent; a backward after its forward, using what the forward kept."""
-  def Fail(why):
-    raise errors.ConfigError('Schedule %r is inconsistent (M=%d, K=%d): %s' % (
-        plan.schedule, plan.num_micro_batches, plan.num_cells, why))
-
-  num_micro, num_cells = plan.num_micro_batches, plan.num_cells
-  forwarded, backwarded, weighted, device_of = {}, set(), set(), {}
-  for phase in plan.phases:
-    mail, produced = {}, {}
-    for t, tick in enumerate(phase.ticks):
-      busy = [a.device for a in tick if a.kind != SEND]
-      if len(busy) != len(set(busy)):
-        Fail('tick %d gives one device two tasks: %s' % (t, ' '.join(map(str, tick))))
-      for a in tick:
-        task = (a.micro_batch, a.cell)
-        if not (0 <= a.micro_batch < num_micro and 0 <= a.cell < num_cells and 0 <= a.device < plan.num_devices):
-          Fail('%s names a micro-batch, cell or device out of range' % (a,))
-        if device_of.setdefault(a.cell, a.device) != a.device:
-          Fail('cell %d runs on devices %d and %d' % (a.cell, device_of[a.cell], a.device))
-        if a.kind == SEND:
-          if produced.get(a.cell) != a.micro_batch:
-            Fail('tick %d sends %s before cell %d produced it' % (t, a, a.cell))
-          mail.setdefault((a.cell, a.to_cell), []).append(a.micro_batch)  # Read in the order sent.
-          del produced[a.cell]
-          continue
-        if a.kind == WEIGHT:
-          if task not in backwarded or task in weighted:
-            Fail('weight gradients %s run before its backward or twice' % (task,))
-          weighted.add(task)
-          continue
-        if a.kind == FORWARD:
-          sender, last = a.cell - 1, a.cell == num_cells - 1
-          if task in forwarded:
-            Fail('forward %s runs twice' % (task,))
-          forwarded[task] = a.keep
-        else:
-          sender, last = a.cell + 1, a.cell == 0
-          if task not in forwarded or task in backwarded:
-            Fail('backward %s runs before its forward or twice' % (task,))
-          if a.recompute != (forwarded[task] == KEEP_INPUT) or forwarded[task] == KEEP_NOTHING:
-            Fail('backward %s (recompute=%s) does not match what its forward kept (%s)' % (
-                task, a.recompute, forwarded[task]))
-          backwarded.add(task)
-        if 0 <= sender < num_cells:
-          queue = mail.get((sender, a.cell)) or [None]
-          if queue.pop(0) != a.micro_batch:
-            Fail('tick %d: %s %s finds no message from cell %d for its micro-batch' % (t, a.kind, task, sender))
-          if not queue:
-            mail.pop((sender, a.cell), None)
-        if not last:
-          if a.cell in produced:
-            Fail('cell %d produced micro-batch %d before sending micro-batch %d' % (
-                a.cell, a.micro_batch, produced[a.cell]))
-          produced[a.cell] = a.micro_batch
-    if mail or produced:
-      Fail('phase %s ends with results never sent or read: %s' % (phase.name, sorted(mail) + sorted(produced)))
-  everything = {(m, k) for m in range(num_micro) for k in range(num_cells)}
-  if set(forwarded) != everything or (plan.remat is not None and backwarded != everything):
-    Fail('not every (micro-batch, cell) runs forward%s' % (' and backward' if plan.remat else ''))
-  if weighted and weighted != everything:
-    Fail('the backward is split, but not every (micro-batch, cell) computes its weight gradients')
-
-
-def SteadyTicks(phase):
-  """(start, stop, step): the longest run of ticks [start, stop) in which each tick is the previous one with every
-  micro-batch `step` (+1 or -1) higher: the ticks where the devices repeat one pattern. The executor runs ticks
-  start+1 .. stop-1 as one loop whose body is tick start+1 with the micro-batches offset by a loop variable."""
-  best, start, step = (0, 1, 1), 0, 0
-  for t in range(1, len(phase.ticks) + 1):
-    follows = None
-    if t < len(phase.ticks):
-      follows = next((d for d in (1, -1) if step in (0, d)
-                      and phase.ticks[t] == tuple(a.Shifted(d) for a in phase.ticks[t - 1])), None)
-    if follows is None:
-      if t - start > best[1] - best[0]:
-        best = (start, t, step or 1)
-      start, step = t, 0
-    else:
-      step = follows
-  return best
-
-
 def Simulate(plan, backward_cost=2.0):
   """The plan run with a forward taking 1 time unit and a backward `backward_cost` (about 2: the gradients of the
   inputs and of the weights; half each where the plan splits them into BACKWARD and WEIGHT), hand-offs free,
@@ -486,7 +306,7 @@ def Simulate(plan, backward_cost=2.0):
           continue
         m, k = a.micro_batch, a.cell
         cost = costs[a.kind]
-        start = max([free[a.device]] + [end[n] for n in _Needs(a.kind, m, k, plan.num_cells)])
+        start = max([free[a.device]] + [end[n] for n in Needs(a.kind, m, k, plan.num_cells)])
         end[(a.kind, m, k)] = free[a.device] = start + cost
         busy[a.device] += cost
     now = max(free)

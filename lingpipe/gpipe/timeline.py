@@ -63,7 +63,7 @@ class Recorder:
 
   def Add(self, pipeline, kind, devices, rows, plan=None, cells=None):
     """One pass (kind FORWARD, BACKWARD, WEIGHT or RECOMPUTE) of `pipeline` (a name) over `devices` (one per cell):
-    rows[k] is cell k's [M, 3] float64 tensor of (micro-batch, start, end); `plan`, the schedule.Plan it ran;
+    rows[k] is cell k's [M, 3] float64 tensor of (micro-batch, start, end); `plan`, the plan.Plan it ran;
     `cells`, the cells the rows and devices are of, when not all (default: 0 .. len(rows)-1)."""
     cells = list(range(len(rows))) if cells is None else list(cells)
     self._passes.append((pipeline, kind, list(zip(cells, devices)), list(rows)))
@@ -71,7 +71,7 @@ class Recorder:
       self._plans[pipeline] = plan
 
   def Plans(self):
-    """{pipeline: the schedule.Plan it ran}."""
+    """{pipeline: the plan.Plan it ran}."""
     return dict(self._plans)
 
   def Collect(self):

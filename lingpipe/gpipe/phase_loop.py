@@ -1,0 +1,101 @@
+"""How a phase of a Plan becomes TensorFlow control flow: the ticks unrolled, except the steady ones, one loop.
+
+The ticks where the plan repeats one pattern with the micro-batches shifted (`SteadyTicks`) run as one
+`tf.while_loop` whose body is that pattern, with the micro-batch index a loop variable: the graph size and time to
+first step stay nearly flat in M (measured for a 12-layer Transformer at K=4: 256 call sites at M=32 took 7 s
+before the first step unrolled). Ticks before the loop run unrolled and give every loop variable its value. A
+tick whose actions keep activations on a GradientTape (remat 'never', the last micro-batch of 'except_last') is
+never looped: a tape cannot outlive a loop iteration. Inside the loop a micro-batch index is a tensor: its inputs
+are gathered from the stacked micro-batches (`MicroBatches`), and the index a cell is called with is always a
+tensor (`Index`) so that every call shares one function.
+"""
+
+import tensorflow as tf
+
+from lingpipe.gpipe import plan as plan_lib
+
+
+def SteadyTicks(phase):
+  """(start, stop, step): the longest run of ticks [start, stop) in which each tick is the previous one with every
+  micro-batch `step` (+1 or -1) higher: the ticks where the devices repeat one pattern. The executor runs ticks
+  start+1 .. stop-1 as one loop whose body is tick start+1 with the micro-batches offset by a loop variable."""
+  best, start, step = (0, 1, 1), 0, 0
+  for t in range(1, len(phase.ticks) + 1):
+    follows = None
+    if t < len(phase.ticks):
+      follows = next((d for d in (1, -1) if step in (0, d)
+                      and phase.ticks[t] == tuple(a.Shifted(d) for a in phase.ticks[t - 1])), None)
+    if follows is None:
+      if t - start > best[1] - best[0]:
+        best = (start, t, step or 1)
+      start, step = t, 0
+    else:
+      step = follows
+  return best
+
+
+def Opaque(constant):
+  """`constant`, hidden from graph optimization. Grappler specializes a function call for each distinct constant
+  argument, which instantiated and optimized every (micro-batch, cell) call separately: time to first step grew
+  linearly with M (measured: 5.7 s at M=4, 21 s at M=16 for a 12-layer Transformer at K=4)."""
+  return tf.raw_ops.PlaceholderWithDefault(input=constant, shape=constant.shape)
+
+
+def Index(m):
+  """The micro-batch index argument of a cell call."""
+  return Opaque(tf.constant(m, tf.int64)) if isinstance(m, int) else tf.cast(m, tf.int64)
+
+
+class MicroBatches:
+  """Micro-batch m, for an int m (the element of the list `micro`) or, inside the loop, a tensor m (a gather on
+  `device` from `stacked`, the same micro-batches as [M, <micro-batch>] leaves; needed only when looped)."""
+
+  def __init__(self, micro, stacked, device):
+    self._micro, self._stacked, self._device = micro, stacked, device
+
+  def At(self, m):
+    if isinstance(m, int):
+      return self._micro[m]
+    with tf.device(self._device):
+      return tf.nest.map_structure(lambda s: tf.gather(s, m), self._stacked)
+
+
+def Loops(plan, phase, loop=True):
+  """The ticks of `phase` the executor runs as one tf.while_loop: (first, stop, step) with the loop running
+  ticks first .. stop-1, or None when every tick runs unrolled (loop=False, no repeated pattern, or taped)."""
+  start, stop, step = SteadyTicks(plan.Phase(phase))
+  template = plan.Phase(phase).ticks[start + 1] if stop - start > 1 else ()
+  taped = any(a.keep == plan_lib.KEEP_ACTIVATIONS or (a.kind == plan_lib.BACKWARD and not a.recompute)
+              for a in template)
+  if not loop or stop - start < 2 or taped:
+    return None
+  return start + 1, stop, step
+
+
+def RunPhase(plan, phase, run_action, state, loop):
+  """state = run_action(action, micro_batch, state) for the phase's actions in plan order; with a loop, the
+  body's micro-batches are tensors."""
+  ticks = plan.Phase(phase).ticks
+  looped = Loops(plan, phase, loop)
+
+  def Tick(actions, state, offset=None):
+    state = type(state)(*[dict(field) for field in state])  # Each tick builds new dicts: loop vars stay intact.
+    for a in actions:
+      m = a.micro_batch if offset is None else a.micro_batch + offset
+      state = run_action(a, m, state)
+    return state
+
+  if looped is None:
+    for tick in ticks:
+      state = Tick(tick, state)
+    return state
+  first, stop, step = looped
+  for tick in ticks[:first]:
+    state = Tick(tick, state)
+  count = stop - first
+  # Iterations may overlap as far as the data allow, as the unrolled ticks would.
+  _, state = tf.while_loop(lambda i, _: i < count, lambda i, s: (i + 1, Tick(ticks[first], s, i * step)),
+                           (tf.constant(0), state), parallel_iterations=count, maximum_iterations=count)
+  for tick in ticks[stop:]:
+    state = Tick(tick, state)
+  return state
