@@ -67,7 +67,7 @@ def test_paper_sizes_report_their_counts():
   assert meta.out_shapes[0].as_list() == [8, 4 * 4 * 512] and meta.flops > 1e11
 
 
-@pytest.mark.parametrize('k,m', [(1, 1), (1, 4), (2, 1), (2, 4), (4, 1), (4, 4)])
+@pytest.mark.parametrize('k,m', [(1, 1), (2, 4), (4, 1), (4, 4)])  # (1, 4), (2, 1): in (4, 4), (4, 1).
 def test_amoebanet_under_gpipe_matches_the_plain_network(k, m):
   # Batch norm on moving statistics, so micro-batches are normalized like the whole batch.
   layers, _ = amoebanet.AmoebaNetLayers(3, 8, batch_norm.BatchNormLayer.Params().Set(

@@ -99,13 +99,15 @@ def HandOff(structure, device):
     return tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), structure)
 
 
-def CutFromCallerTapes(structure):
-  """`structure`'s tensors as a pipeline's custom gradient hands them to the executor: the same values, no longer
-  watched by the caller's tapes (its gradients come from the custom gradient, never through the body). The
-  executor's own tapes watch them explicitly; were a caller's tape watching too, TensorFlow would treat each taped
-  cell call as possibly higher-order and build the cell's gradient functions three times instead of once
-  (AmoebaNet-D(6, 32) at K=2: 14 s of a 15 s trace before, measured)."""
-  return tf.nest.map_structure(tf.stop_gradient, structure)
+def CutFromCallerTapes(structure, device):
+  """`structure`'s tensors as a pipeline's custom gradient hands them to the executor: the same values on `device`
+  (where they are; a cell's parameters on the cell's), no longer watched by the caller's tapes (its gradients come
+  from the custom gradient, never through the body). The executor's own tapes watch them explicitly; were a
+  caller's tape watching too, TensorFlow would treat each taped cell call as possibly higher-order and build the
+  cell's gradient functions three times instead of once (AmoebaNet-D(6, 32) at K=2: 14 s of a 15 s trace before,
+  measured)."""
+  with tf.device(device):
+    return tf.nest.map_structure(tf.stop_gradient, structure)
 
 
 def _Watch(tape, cell_in, params):
