@@ -6,7 +6,9 @@ dependency) for what the device's previous action produced, so TensorFlow cannot
 backward actions, which send nothing, are ordered by their weight-gradient sums only; see Backward); the only
 edges between devices are the SENDs, a copy of the result onto the receiving cell's device (`HandOff`), which the
 receiving action reads. Because the next action on the sender waits for that copy, a result leaves as soon as it
-exists (measured across processes without it: cell 1 started micro-batch 0 after cell 0 had finished all four).
+exists (measured across processes without it: cell 1 started micro-batch 0 after cell 0 had finished all four; so
+too when the next action waited for a copy on the sender's own device). The price, across processes: the receiving
+worker runs the copy only once its current action has ended, and the sender idles until then (README, interleaved).
 A phase's steady ticks run as one loop (phase_loop.py).
 
 A plan that splits the backward ('zero_bubble') traces its cells inline instead (Cells.body), so that a BACKWARD
