@@ -230,10 +230,11 @@ def test_the_callers_tape_is_cut_on_the_device_of_each_tensor(monkeypatch):
   (dense workload, two worker processes: cell 1 started 18 ms after its input had arrived, measured)."""
   cut, placed = executor.CutFromCallerTapes, []
 
-  def Recording(structure, device):
-    structure = cut(structure, device)
-    placed.extend((device, t) for t in tf.nest.flatten(structure))
-    return structure
+  def Recording(inputs, params, devices):
+    inputs, params = cut(inputs, params, devices)
+    placed.extend((devices[0], t) for t in tf.nest.flatten(inputs))
+    placed.extend((d, t) for p, d in zip(params, devices) for t in tf.nest.flatten(p))
+    return inputs, params
 
   monkeypatch.setattr(executor, 'CutFromCallerTapes', Recording)
   _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4, remat='never')

@@ -101,16 +101,19 @@ def HandOff(structure, device):
     return tf.nest.map_structure(lambda t: None if t is None else tf.identity(t), structure)
 
 
-def CutFromCallerTapes(structure, device):
-  """`structure`'s tensors as a pipeline's custom gradient hands them to the executor: the same values, no longer
+def CutFromCallerTapes(inputs, params, devices):
+  """(inputs, params) as a pipeline's custom gradient hands them to the executor: the same values, no longer
   watched by the caller's tapes (its gradients come from the custom gradient, never through the body). The
   executor's own tapes watch them explicitly; were a caller's tape watching too, TensorFlow would treat each taped
   cell call as possibly higher-order and build the cell's gradient functions three times instead of once
-  (AmoebaNet-D(6, 32) at K=2: 14 s of a 15 s trace before, measured). The cut runs on `device`, where the tensors
-  live (a cell's parameters: the cell's device); unplaced, it was put elsewhere and each step copied the
-  parameters there and back (two worker processes: 18 ms before cell 1's first forward, measured)."""
-  with tf.device(device):
-    return tf.nest.map_structure(tf.stop_gradient, structure)
+  (AmoebaNet-D(6, 32) at K=2: 14 s of a 15 s trace before, measured). Each cut runs where its tensors live:
+  the inputs on cell 0's device (devices[0]), cell k's parameters (params[k]) on cell k's; unplaced, a cut was put
+  elsewhere and each step copied the parameters there and back (two worker processes: 18 ms before cell 1's first
+  forward, measured)."""
+  def Cut(structure, device):
+    with tf.device(device):
+      return tf.nest.map_structure(tf.stop_gradient, structure)
+  return Cut(inputs, devices[0]), [Cut(p, d) for p, d in zip(params, devices)]
 
 
 def _Watch(tape, cell_in, params):

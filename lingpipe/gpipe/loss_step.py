@@ -50,9 +50,9 @@ def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
     plan = schedule_lib.MakePlan(p.schedule, num_micro, layer.num_cells, p.remat, layer.num_devices)
     r = layer.Replica()
     devices = layer.ReplicaDevices(r)
-    micro, _ = microbatch.Split(executor.CutFromCallerTapes(x, devices[0]), num_micro, p.batch_dim)
+    x, params = executor.CutFromCallerTapes(x, layer.ReadParams(r), devices)
+    micro, _ = microbatch.Split(x, num_micro, p.batch_dim)
     loss_micro, _ = microbatch.Split(loss_inputs, num_micro, 0)
-    params = [executor.CutFromCallerTapes(p, d) for p, d in zip(layer.ReadParams(r), devices)]
     parts, loss_grads = [], {}
 
     def Loss(m, outputs):

@@ -369,16 +369,14 @@ class PipeliningLayer(base_layer.BaseLayer):
     num_micro = self.NumMicroBatches(inputs)
     plan = schedule_lib.MakePlan(p.schedule, num_micro, self._num_cells, p.remat if training else None,
                                  self._num_devices)
-    # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
+    params = self.ReadParams(r)
     if training:  # Inside the custom gradient of _TrainFProp.
-      inputs = executor.CutFromCallerTapes(inputs, devices[0])
+      inputs, params = executor.CutFromCallerTapes(inputs, params, devices)
+    # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
     with tf.device(devices[0]):
       stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
                  if phase_loop.Loops(plan, plan_lib.FORWARD) else None)
-    params = self.ReadParams(r)
-    if training:
-      params = [executor.CutFromCallerTapes(p, d) for p, d in zip(params, devices)]
     padding = self._Padding(micro, num_micro, pad_rows) if training else None
     recorder = timeline.Current()
     cells = self.ExecutorCells(r, params, training, padding, recorder is not None)
