@@ -159,3 +159,20 @@ def test_worker_exits_cleanly_on_sigterm_and_rejects_bad_flags(tmp_path):
   assert bad.returncode == 1
   assert "lingpipe-worker: error: Task 3 does not exist: job 'worker' has 1 task(s)" in bad.stderr
   del process
+
+
+def test_a_connecting_process_asks_for_two_inter_op_threads_and_warns_once_too_late():
+  # The workers run a connected process's steps with its inter-op setting; pinned to one core, TensorFlow's default
+  # would be one thread (remote.RequestInterOpThreads). A fresh process: the setting is fixed once TF has started.
+  code = '\n'.join([
+      'import tensorflow as tf',
+      'from lingpipe.distributed import remote',
+      'print(remote.RequestInterOpThreads(2), tf.config.threading.get_inter_op_parallelism_threads())',
+      'tf.constant(1.0) + 1',
+      'print(remote.RequestInterOpThreads(2), remote.RequestInterOpThreads(3))'])
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120,
+                       preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.split('\n')[-3:] == ['2 2', '2 None', '']
+  assert ('TensorFlow started in this process before it connected, with 2 inter-op threads, and the workers will '
+          'run its steps with as many; with fewer than 3') in out.stderr

@@ -57,6 +57,9 @@ def Params():
   p.Define('devices_per_task', 0, 'Devices of each worker task to use (0: all of device_type).')
   p.Define('timeout_s', 300.0, 'A worker that does not answer for this long (a step that makes no progress, or a '
            'start-up check) stops the trainer with an error naming it.')
+  p.Define('min_remote_inter_op_threads', 2, 'Inter-op threads, at least, with which the workers run this process\'s '
+           'steps (TensorFlow hands them the connecting process\'s setting; see remote.RequestInterOpThreads). With '
+           'one, a pipeline\'s hand-offs wait for whole actions.')
   return p
 
 

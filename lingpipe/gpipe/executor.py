@@ -5,10 +5,9 @@ calls, not copies of the cells. Each device's actions are chained in plan order:
 dependency) for what the device's previous action produced, so TensorFlow cannot reorder a device's work (cell 0's
 backward actions, which send nothing, are ordered by their weight-gradient sums only; see Backward); the only
 edges between devices are the SENDs, a copy of the result onto the receiving cell's device (`HandOff`), which the
-receiving action reads. Because the next action on the sender waits for that copy, a result leaves as soon as it
-exists (measured across processes without it: cell 1 started micro-batch 0 after cell 0 had finished all four; so
-too when the next action waited for a copy on the sender's own device). The price, across processes: the receiving
-worker runs the copy only once its current action has ended, and the sender idles until then (README, interleaved).
+receiving action reads; the sender goes on at once. Across processes that needs workers with two inter-op threads
+or more (remote.Connect asks for them): with one, a worker's received tensors wait until its current action has
+ended, and a sender's results until it stops for something (remote.RequestInterOpThreads says what that cost).
 A phase's steady ticks run as one loop (phase_loop.py).
 
 A plan that splits the backward ('zero_bubble') traces its cells inline instead (Cells.body), so that a BACKWARD
@@ -201,10 +200,7 @@ class _Interpreter:
       sent = {i: g for i, g in enumerate(sent) if g is not None}
     key = (a.cell, a.to_cell)
     state.mail[key] = state.mail.get(key, ()) + (sent,)
-    # With the loss inside (unrolled), the device's next action also waits for what the sender's action left
-    # (its weight-gradient sums): see Backward.
-    state.last[a.device] = tf.nest.flatten(sent) + (state.last.get(a.device, []) if self.loss is not None else [])
-    return state
+    return state  # The device's next action waits for the sending action (state.last), not for the copy.
 
   @staticmethod
   def _Receive(state, key):

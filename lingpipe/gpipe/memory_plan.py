@@ -27,8 +27,7 @@ Assumptions: a backward's transient temporaries beyond the working set are not c
 rounding), layers that cannot be traced on float inputs (token ids) count their outputs alone, micro-batches
 cost their share of the flops (small micro-batches are slower on real hardware; measure with
 tools/pipeline_benchmark.py), transfers are free (they are not: interleaved 1F1B makes vK-1
-hand-offs per micro-batch and pass instead of K-1, and across two pinned CPU processes here it was slower than
-GPipe; see the README).
+hand-offs per micro-batch and pass instead of K-1; see the README).
 
 `tools/plan_pipeline.py` prints the table for a registered model and recommends the fastest configuration that
 fits; tools/pipeline_benchmark.py's remat section prints the prediction beside the measured peak.
