@@ -104,8 +104,12 @@ def DefaultInterOpThreads(num_devices):
   M=4 and 8) reached 0.82-0.83 and 0.81-0.84 of the ideal with 2 inter-op threads against 0.76-0.78 and
   0.71-0.74 with 4 (tools/pipeline_benchmark.py --quick --inter_op=2 / 4, two runs each).
   """
-  cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
-  return max(2, min(num_devices, cores))
+  return max(2, min(num_devices, UsableCores()))
+
+
+def UsableCores():
+  """The cores this process may run on (its affinity, as `taskset` sets it), or all where that is unknown."""
+  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
 
 
 def LocalDevices():
