@@ -133,6 +133,19 @@ def test_interleaved_plans_spread_cells_round_robin_and_shrink_the_bubble():
   assert schedule.Bubble(schedule.MakePlan('gpipe', 4, 2, 'always')) == pytest.approx(1 / 5)
 
 
+def test_simulate_takes_measured_action_times():
+  f, b, w = plan_lib.FORWARD, plan_lib.BACKWARD, plan_lib.WEIGHT
+  # Cell 1 twice as slow: device 0 waits F0 F1 . . | . . . . B1 . B0 ; span 15, busy 6 + 12 of 30.
+  slow = {(f, 0): 1.0, (f, 1): 2.0, (b, 0): 2.0, (b, 1): 4.0}
+  assert schedule.Simulate(schedule.MakePlan('gpipe', 2, 2, 'never'), costs=slow) == (15.0, pytest.approx(0.4))
+  # Unit times give the units' answer; zero bubble's split backward takes its W from the costs.
+  plan = schedule.MakePlan('zero_bubble', 4, 2, 'never')
+  units = {(kind, k): 1.0 for kind in (f, b, w) for k in range(2)}
+  assert schedule.Simulate(plan, costs=units) == schedule.Simulate(plan)
+  with pytest.raises(errors.ConfigError, match='no time for weight of cell 0'):
+    schedule.Simulate(plan, costs={key: t for key, t in units.items() if key[0] != w})
+
+
 def test_cells_and_devices_must_agree():
   with pytest.raises(errors.ConfigError, match="runs one cell per device, got 4 cells on 2 devices"):
     schedule.MakePlan('gpipe', 4, 4, 'always', num_devices=2)

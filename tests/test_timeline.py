@@ -159,6 +159,9 @@ def test_measured_bubble_chrome_trace_and_gantt_chart(tmp_path):
             _Event(1, b, 1, 3, 4), _Event(1, b, 0, 4, 5), _Event(0, b, 1, 4, 5), _Event(0, b, 0, 5, 6)]
   assert timeline.MeasuredBubble(events) == {'net': pytest.approx(1 / 3)}
   assert schedule.Bubble(schedule.MakePlan('gpipe', 2, 2, 'always')) == pytest.approx(1 / 3)
+  times = timeline.ActionTimes(events + [_Event(1, timeline.RECOMPUTE, 0, 5, 9)])['net']
+  assert times == {(f, 0): 1.0, (f, 1): 1.0, (b, 0): 1.0, (b, 1): 1.0}  # The re-computation is not a backward.
+  assert schedule.Simulate(schedule.MakePlan('gpipe', 2, 2, 'always'), costs=times)[1] == pytest.approx(1 / 3)
   # Overlapping actions of one device count once.
   assert timeline.MeasuredBubble([_Event(0, f, 0, 0, 2), _Event(0, f, 1, 1, 3), _Event(1, f, 0, 0, 4)]) == {
       'net': pytest.approx((0.25 + 0.0) / 2)}
@@ -184,6 +187,8 @@ def test_the_timeline_tool_writes_the_chart_and_the_trace(tmp_path):
   result = pipeline_timeline.main(['--workload=dense', '--layers=3', '--width=32', '--batch=32', '--warmup=1',
                                    '--steps=2', '--num_micro_batches=4', '--out_dir=%s' % tmp_path])
   assert result['theoretical_bubble'] == pytest.approx(0.2)
+  assert set(result['action_ms']) == {'forward 0', 'forward 1', 'backward 0', 'backward 1'}
+  assert 0.0 <= result['simulated_bubble'] < 1.0
   assert 0.0 <= result['measured_bubble'] < 1.0 and result['recording_cost'] > 0
   assert os.path.getsize(result['png']) > 1000
   assert len([e for e in json.load(open(result['trace']))['traceEvents'] if e['ph'] == 'X']) == 16
@@ -195,7 +200,7 @@ def test_profile_mode_writes_the_timeline_of_a_training_step(capsys, tmp_path):
                                                 '--mode=profile', '--profile_steps=2')
   assert code == 0, err
   assert 'pipeline deep_mlp/network (gpipe, 2 cells on 2 devices, M=4): bubble measured ' in out
-  assert 'theoretical 0.200' in out
+  assert 'theoretical 0.200, the plan with the measured action times 0.' in out
   assert sorted(os.listdir(os.path.join(logdir, 'profile'))) == ['step_0.json', 'step_0.png']
   line = trainer_test_util.Error(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=profile')
   assert line.startswith('The timeline recorded nothing')

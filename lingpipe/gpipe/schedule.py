@@ -212,36 +212,50 @@ def _Interleaved(num_micro, num_cells, num_devices, remat, name='interleaved_1f1
   """Interleaved 1F1B (Narayanan et al. 2021): v = C/K cells per device, cell c on device c mod K, so each device
   holds v thin stages spread along the pipeline, and a micro-batch crosses the K devices v times. Device d runs
   its forwards in groups of K micro-batches: the group through its first cell (d), then through its second
-  (d + K), ...; its backwards likewise, last cell first; after (K-1-d) + (v-1)K warm-up forwards it alternates
-  one forward and one backward, as 1F1B does. The fill and drain are v times shorter, so with M a multiple of K
+  (d + K), ...; its backwards likewise, last cell first; after 2(K-1-d) + (v-1)K warm-up forwards (see below) it
+  alternates one forward and one backward, as 1F1B does. The fill and drain are v times shorter, so with M a multiple of K
   the bubble is (K-1)/(vM+K-1) instead of (K-1)/(M+K-1), for vK-1 hand-offs per micro-batch and pass (not
   K-1). M=4, K=2, v=2 (cells 0 and 2 on device 0, cells 1 and 3 on device 1; Fm:c is the forward of micro-batch m
   through cell c):
 
       tick    0     1     2     3     4     5     6     7     8     9     10    11    12    13    14    15    16
-      dev 0   F0:0  F1:0  F0:2  F1:2  .     B0:2  F2:0  B1:2  F3:0  B0:0  F2:2  B1:0  F3:2  B2:2  .     B3:2  B2:0 ..
+      dev 0   F0:0  F1:0  F0:2  F1:2  F2:0  B0:2  F3:0  B1:2  F2:2  B0:0  F3:2  B1:0  .     B2:2  .     B3:2  B2:0 ..
       dev 1   .     F0:1  F1:1  F0:3  B0:3  F1:3  B1:3  F2:1  B0:1  F3:1  B1:1  F2:3  B2:3  F3:3  B3:3  B2:1  B3:1
 
-  (device 0 ends with B3:0 at tick 17.) Megatron-LM warms up with 2(K-1-d) + (v-1)K forwards, to overlap its
-  sends; with these ticks that deadlocked for some M not divisible by K (M=5, K=4, v=3). The shorter warm-up never
-  did for M <= 32, K <= 6, v <= 4, nor had a larger bubble than 1F1B (Simulate); for M a multiple of K its bubble
-  is the formula's.
+  (device 0 ends with B3:0 at tick 17.) Megatron-LM warms up with 2(K-1-d) + (v-1)K forwards: each hand-off then
+  has a forward's time to arrive before it is needed, which across two worker processes took the Transformer's
+  measured bubble from 0.106 to 0.090 at M=8 (plan 0.059) and from 0.135 to 0.120 at M=4 (plan 0.111). It costs
+  device d K-1-d more micro-batches in flight, and with free hand-offs (Simulate) it deadlocks for some M not
+  divisible by K (M=5, K=4, v=3) and has a larger bubble for many K > 2. So the plan takes Megatron's warm-up where
+  it exists and its simulated bubble is no larger (every M at K=2), the shorter one elsewhere. Neither ever had a
+  larger bubble than 1F1B for M <= 32, K <= 6, v <= 4; for M a multiple of K the bubble is the formula's.
 
   With `remat` None (evaluation), device d runs the same forwards and no backward.
   """
   groups = [range(g, min(g + num_devices, num_micro)) for g in range(0, num_micro, num_devices)]
   virtual = num_cells // num_devices
-  orders = []
+  forwards, backwards = [], []
   for d in range(num_devices):
     chunks = [c * num_devices + d for c in range(virtual)]
-    forwards = [(FORWARD, m, c) for g in groups for c in chunks for m in g]
-    if remat is None:
-      orders.append(forwards)
-      continue
-    backwards = [(BACKWARD, m, c) for g in groups for c in reversed(chunks) for m in g]
-    warm = min(num_devices - 1 - d + (virtual - 1) * num_devices, len(forwards))
-    orders.append(_OneForwardOneBackward(forwards, backwards, warm))
-  return _ListTicks(name, orders, num_micro, num_cells, remat)
+    forwards.append([(FORWARD, m, c) for g in groups for c in chunks for m in g])
+    backwards.append([(BACKWARD, m, c) for g in groups for c in reversed(chunks) for m in g])
+  if remat is None:
+    return _ListTicks(name, forwards, num_micro, num_cells, remat)
+
+  def Plan(extra):  # Device d warms up with extra * (K-1-d) more forwards.
+    warm = [min((1 + extra) * (num_devices - 1 - d) + (virtual - 1) * num_devices, len(forwards[d]))
+            for d in range(num_devices)]
+    return _ListTicks(name, [_OneForwardOneBackward(f, b, w) for f, b, w in zip(forwards, backwards, warm)],
+                      num_micro, num_cells, remat)
+
+  short = Plan(0)
+  if virtual == 1:
+    return short
+  try:
+    long = Plan(1)
+  except errors.ConfigError:  # Deadlocks (M=5, K=4, v=3).
+    return short
+  return long if Bubble(long) <= Bubble(short) + 1e-9 else short
 
 
 def _OneForwardOneBackward(forwards, backwards, warm):
@@ -288,16 +302,18 @@ def _ListTicks(name, orders, num_micro, num_cells, remat):
   return Plan(name, num_micro, num_cells, len(orders), remat, (phase,))
 
 
-def Simulate(plan, backward_cost=2.0):
+def Simulate(plan, backward_cost=2.0, costs=None):
   """The plan run with a forward taking 1 time unit and a backward `backward_cost` (about 2: the gradients of the
   inputs and of the weights; half each where the plan splits them into BACKWARD and WEIGHT), hand-offs free,
   each device running its actions in plan order as soon as their inputs exist, and a phase starting when the
-  previous one ended. Returns (the step's length, the fraction of it
-  the devices are idle on average: the schedule's bubble)."""
+  previous one ended. `costs`, {(kind, cell): time} for the kinds FORWARD, BACKWARD and WEIGHT the plan runs
+  (e.g. timeline.ActionTimes of a measured step), replaces those units: unequal cells and a backward that is not
+  twice a forward change the bubble. Returns (the step's length, the fraction of it the devices are idle on
+  average: the schedule's bubble)."""
   end, now, busy = {}, 0.0, [0.0] * plan.num_devices
-  costs = {FORWARD: 1.0, BACKWARD: backward_cost, WEIGHT: 0.0}
+  units = {FORWARD: 1.0, BACKWARD: backward_cost, WEIGHT: 0.0}
   if plan.splits_backward:
-    costs[BACKWARD] = costs[WEIGHT] = backward_cost / 2
+    units[BACKWARD] = units[WEIGHT] = backward_cost / 2
   for phase in plan.phases:
     free = [now] * plan.num_devices
     for tick in phase.ticks:  # A tick's actions need only earlier ticks' results.
@@ -305,7 +321,13 @@ def Simulate(plan, backward_cost=2.0):
         if a.kind == SEND:
           continue
         m, k = a.micro_batch, a.cell
-        cost = costs[a.kind]
+        if costs is None:
+          cost = units[a.kind]
+        elif (a.kind, k) in costs:
+          cost = costs[(a.kind, k)]
+        else:
+          raise errors.ConfigError('Simulate got no time for %s of cell %d (costs has %s).' % (
+              a.kind, k, ', '.join('%s of cell %d' % key for key in sorted(costs))))
         start = max([free[a.device]] + [end[n] for n in Needs(a.kind, m, k, plan.num_cells)])
         end[(a.kind, m, k)] = free[a.device] = start + cost
         busy[a.device] += cost

@@ -199,6 +199,18 @@ def MeasuredBubble(events):
   return result
 
 
+def ActionTimes(events):
+  """The median length of each kind of action (FORWARD, BACKWARD, WEIGHT) of each cell, for each pipeline:
+  {pipeline: {(kind, cell): seconds}}, what schedule.Simulate takes as `costs`. A re-computing backward's length
+  includes its re-computation, except a cell's first (its RECOMPUTE event), which the median leaves out."""
+  lengths = {}
+  for e in events:
+    if e.kind != RECOMPUTE:
+      lengths.setdefault(e.pipeline, {}).setdefault((e.kind, e.cell), []).append(e.end - e.start)
+  return {pipeline: {key: float(np.median(values)) for key, values in times.items()}
+          for pipeline, times in lengths.items()}
+
+
 def _Lanes(events):
   """A lane for each event (events sorted by start) such that events of one lane do not overlap: a device whose
   actions overlap in time shows them side by side instead of one over the other."""

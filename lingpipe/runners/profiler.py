@@ -60,12 +60,15 @@ def Profile(p, logdir, steps=5, warmup=2, out=None):
   timeline.WriteChromeTrace(events, trace)
   result = {}
   plans = recorder.Plans()
+  times = timeline.ActionTimes([e for r in runs for e in r])
   for pipeline, measured in timeline.MeasuredBubble(events).items():
     plan = plans[pipeline]
     result[pipeline] = (measured, schedule_lib.Bubble(plan))
+    simulated = schedule_lib.Simulate(plan, costs=times[pipeline])[1]
     print('Profile of %s at step %d: pipeline %s (%s, %d cells on %d devices, M=%d): bubble measured %.3f, '
-          'theoretical %.3f' % (p.model, step, pipeline, plan.schedule, plan.num_cells, plan.num_devices,
-                                plan.num_micro_batches, measured, result[pipeline][1]), file=out, flush=True)
+          'theoretical %.3f, the plan with the measured action times %.3f' % (
+              p.model, step, pipeline, plan.schedule, plan.num_cells, plan.num_devices, plan.num_micro_batches,
+              measured, result[pipeline][1], simulated), file=out, flush=True)
   print('Step %.3f s (median of %d, recording included). Wrote %s and %s (chrome://tracing, ui.perfetto.dev).' % (
       statistics.median(seconds), steps, png, trace), file=out, flush=True)
   return result
