@@ -163,8 +163,9 @@ def test_measured_bubble_chrome_trace_and_gantt_chart(tmp_path):
   assert times == {(f, 0): 1.0, (f, 1): 1.0, (b, 0): 1.0, (b, 1): 1.0}  # The re-computation is not a backward.
   assert schedule.Simulate(schedule.MakePlan('gpipe', 2, 2, 'always'), costs=times)[1] == pytest.approx(1 / 3)
   # Overlapping actions of one device count once.
-  assert timeline.MeasuredBubble([_Event(0, f, 0, 0, 2), _Event(0, f, 1, 1, 3), _Event(1, f, 0, 0, 4)]) == {
-      'net': pytest.approx((0.25 + 0.0) / 2)}
+  overlapping = [_Event(0, f, 0, 0, 2), _Event(0, f, 1, 1, 3), _Event(1, f, 0, 0, 4)]
+  assert timeline.MeasuredBubble(overlapping) == {'net': pytest.approx((0.25 + 0.0) / 2)}
+  assert timeline.Overlap(overlapping) == {'net': pytest.approx(8 / 7 - 1)} and timeline.Overlap(events) == {'net': 0}
   trace = timeline.ChromeTrace(events)
   actions = [e for e in trace['traceEvents'] if e['ph'] == 'X']
   assert len(actions) == 8 and actions[0]['name'] == 'F 0' and actions[-1]['dur'] == pytest.approx(1e6)

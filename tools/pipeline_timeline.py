@@ -145,6 +145,7 @@ def _Measure(args, mesh):
                 theoretical_bubble=schedule_lib.Bubble(recorder.Plans()['net']),
                 action_ms={'%s %d' % key: 1e3 * t for key, t in sorted(times.items())},
                 simulated_bubble=schedule_lib.Simulate(recorder.Plans()['net'], costs=times)[1],
+                overlap=timeline.Overlap(events)['net'],
                 step_s=statistics.median(plain_s), recorded_step_s=statistics.median(recorded_s))
   result['recording_cost'] = result['recorded_step_s'] / result['step_s']
   return result
@@ -161,6 +162,9 @@ def main(argv=None):
   print('the plan with the measured action times (median ms per cell: %s) gives %.3f: the gap from the '
         'theoretical is unequal cells and actions, from the measured the waits between actions' % (
             ', '.join('%s %.1f' % kv for kv in r['action_ms'].items()), r['simulated_bubble']))
+  if r['overlap'] > 0.05:
+    print('but actions overlapped on a device (summed %.2fx the time they cover), which stretches their times: '
+          'that figure is no guide here' % (1 + r['overlap']))
   print('step: %.4f s; with recording %.4f s (%.3fx)' % (r['step_s'], r['recorded_step_s'], r['recording_cost']))
   print('wrote %s and %s' % (r['png'], r['trace']))
   return r

@@ -211,6 +211,20 @@ def ActionTimes(events):
           for pipeline, times in lengths.items()}
 
 
+def Overlap(events):
+  """For each pipeline, how much longer its devices' actions are summed than the time they cover (0: one action at
+  a time on each device). Above a few percent, ActionTimes are stretched by sharing the device, and a plan
+  simulated with them is no guide (GPipe's backward in one process, left to TensorFlow's gradient code, runs
+  several micro-batches at once)."""
+  result = {}
+  for pipeline in sorted({e.pipeline for e in events}):
+    own = [e for e in events if e.pipeline == pipeline]
+    summed = sum(e.end - e.start for e in own)
+    covered = sum(_Union([(e.start, e.end) for e in own if e.device == d]) for d in {e.device for e in own})
+    result[pipeline] = summed / covered - 1.0 if covered > 0 else 0.0
+  return result
+
+
 def _Lanes(events):
   """A lane for each event (events sorted by start) such that events of one lane do not overlap: a device whose
   actions overlap in time shows them side by side instead of one over the other."""

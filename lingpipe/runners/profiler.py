@@ -69,6 +69,10 @@ def Profile(p, logdir, steps=5, warmup=2, out=None):
           'theoretical %.3f, the plan with the measured action times %.3f' % (
               p.model, step, pipeline, plan.schedule, plan.num_cells, plan.num_devices, plan.num_micro_batches,
               measured, result[pipeline][1], simulated), file=out, flush=True)
+    overlap = timeline.Overlap(events)[pipeline]
+    if overlap > 0.05:
+      print('  Its actions overlapped on a device (summed %.2fx the time they cover), which stretches their times: '
+            'the plan with them is no guide here.' % (1 + overlap), file=out, flush=True)
   print('Step %.3f s (median of %d, recording included). Wrote %s and %s (chrome://tracing, ui.perfetto.dev).' % (
       statistics.median(seconds), steps, png, trace), file=out, flush=True)
   return result
