@@ -213,10 +213,10 @@ def _Interleaved(num_micro, num_cells, num_devices, remat, name='interleaved_1f1
   holds v thin stages spread along the pipeline, and a micro-batch crosses the K devices v times. Device d runs
   its forwards in groups of K micro-batches: the group through its first cell (d), then through its second
   (d + K), ...; its backwards likewise, last cell first; after 2(K-1-d) + (v-1)K warm-up forwards (see below) it
-  alternates one forward and one backward, as 1F1B does. The fill and drain are v times shorter, so with M a multiple of K
-  the bubble is (K-1)/(vM+K-1) instead of (K-1)/(M+K-1), for vK-1 hand-offs per micro-batch and pass (not
-  K-1). M=4, K=2, v=2 (cells 0 and 2 on device 0, cells 1 and 3 on device 1; Fm:c is the forward of micro-batch m
-  through cell c):
+  alternates one forward and one backward, as 1F1B does. The fill and drain are v times shorter, so with M a
+  multiple of K the bubble is (K-1)/(vM+K-1) instead of (K-1)/(M+K-1), for vK-1 hand-offs per micro-batch and
+  pass (not K-1). M=4, K=2, v=2 (cells 0 and 2 on device 0, cells 1 and 3 on device 1; Fm:c is the forward of
+  micro-batch m through cell c):
 
       tick    0     1     2     3     4     5     6     7     8     9     10    11    12    13    14    15    16
       dev 0   F0:0  F1:0  F0:2  F1:2  F2:0  B0:2  F3:0  B1:2  F2:2  B0:0  F3:2  B1:0  .     B2:2  .     B3:2  B2:0 ..
@@ -242,20 +242,20 @@ def _Interleaved(num_micro, num_cells, num_devices, remat, name='interleaved_1f1
   if remat is None:
     return _ListTicks(name, forwards, num_micro, num_cells, remat)
 
-  def Plan(extra):  # Device d warms up with extra * (K-1-d) more forwards.
+  def Warmed(extra):  # The plan with device d warming up with extra * (K-1-d) more forwards.
     warm = [min((1 + extra) * (num_devices - 1 - d) + (virtual - 1) * num_devices, len(forwards[d]))
             for d in range(num_devices)]
     return _ListTicks(name, [_OneForwardOneBackward(f, b, w) for f, b, w in zip(forwards, backwards, warm)],
                       num_micro, num_cells, remat)
 
-  short = Plan(0)
+  short = Warmed(0)
   if virtual == 1:
     return short
   try:
-    long = Plan(1)
+    longer = Warmed(1)
   except errors.ConfigError:  # Deadlocks (M=5, K=4, v=3).
     return short
-  return long if Bubble(long) <= Bubble(short) + 1e-9 else short
+  return longer if Bubble(longer) <= Bubble(short) + 1e-9 else short
 
 
 def _OneForwardOneBackward(forwards, backwards, warm):
