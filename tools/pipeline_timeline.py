@@ -99,7 +99,6 @@ def Run(args):
 
 
 def _Measure(args, mesh):
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
@@ -126,10 +125,10 @@ def _Measure(args, mesh):
     plain(workload.inputs).numpy()
     plain_s.append(time.perf_counter() - start)
     del norm
-  spans = [max(e.end for e in events) - min(e.start for e in events) for events in runs]
-  events = runs[int(np.argsort(spans)[len(spans) // 2])]
+  events = timeline.MedianRun(runs)
   bubbles = [timeline.MeasuredBubble(r)['net'] for r in runs]
   times = timeline.ActionTimes([e for r in runs for e in r])['net']  # Medians over all recorded steps.
+  simulated, overlap = timeline.PlanWithMeasuredTimes(runs, events, recorder.Plans())['net']
   schedule = args.schedule + ('_v%d' % args.virtual_stages if args.virtual_stages > 1 else '')
   name = '%s_K%d_M%d_%s%s%s' % (args.workload, k, m, args.remat, '' if schedule == 'gpipe' else '_' + schedule,
                                 '_workers%d' % args.workers if args.workers else '')
@@ -144,14 +143,14 @@ def _Measure(args, mesh):
                 measured_bubble=statistics.median(bubbles), measured_bubbles=bubbles,
                 theoretical_bubble=schedule_lib.Bubble(recorder.Plans()['net']),
                 action_ms={'%s %d' % key: 1e3 * t for key, t in sorted(times.items())},
-                simulated_bubble=schedule_lib.Simulate(recorder.Plans()['net'], costs=times)[1],
-                overlap=timeline.Overlap(events)['net'],
+                simulated_bubble=simulated, overlap=overlap,
                 step_s=statistics.median(plain_s), recorded_step_s=statistics.median(recorded_s))
   result['recording_cost'] = result['recorded_step_s'] / result['step_s']
   return result
 
 
 def main(argv=None):
+  from lingpipe.gpipe import timeline  # pylint: disable=g-import-not-at-top
   args = _Args(argv)
   r = Run(args)
   print('%s, K=%d, M=%d, remat=%s, schedule=%s%s' % (
@@ -162,7 +161,7 @@ def main(argv=None):
   print('the plan with the measured action times (median ms per cell: %s) gives %.3f: the gap from the '
         'theoretical is unequal cells and actions, from the measured the waits between actions' % (
             ', '.join('%s %.1f' % kv for kv in r['action_ms'].items()), r['simulated_bubble']))
-  if r['overlap'] > 0.05:
+  if r['overlap'] > timeline.OVERLAP_NO_GUIDE:
     print('but actions overlapped on a device (summed %.2fx the time they cover), which stretches their times: '
           'that figure is no guide here' % (1 + r['overlap']))
   print('step: %.4f s; with recording %.4f s (%.3fx)' % (r['step_s'], r['recorded_step_s'], r['recording_cost']))

@@ -42,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.gpipe import schedule as schedule_lib
 
 FORWARD, BACKWARD, WEIGHT = 'forward', 'backward', 'weight'  # WEIGHT: zero bubble's deferred weight gradients
 RECOMPUTE = 'recompute'  # A cell's first re-computing backward: its re-computation, before its gradient arrives.
@@ -223,6 +224,25 @@ def Overlap(events):
     covered = sum(_Union([(e.start, e.end) for e in own if e.device == d]) for d in {e.device for e in own})
     result[pipeline] = summed / covered - 1.0 if covered > 0 else 0.0
   return result
+
+
+OVERLAP_NO_GUIDE = 0.05  # Overlap above which a plan simulated with ActionTimes is no guide.
+
+
+def MedianRun(runs):
+  """The events of the recorded step (one list of events per step in `runs`) whose span is the median."""
+  spans = [max(e.end for e in events) - min(e.start for e in events) for events in runs]
+  return runs[int(np.argsort(spans)[len(spans) // 2])]
+
+
+def PlanWithMeasuredTimes(runs, events, plans):
+  """For each pipeline: (the bubble of its plan (`plans`, Recorder.Plans) run with the median action times of all
+  recorded steps `runs` (schedule.Simulate), the Overlap of the step `events`: above OVERLAP_NO_GUIDE the bubble
+  is no guide). Its gap to schedule.Bubble is unequal cells and actions; to the measured, waits between actions."""
+  times = ActionTimes([e for r in runs for e in r])
+  overlap = Overlap(events)
+  return {pipeline: (schedule_lib.Simulate(plans[pipeline], costs=times[pipeline])[1], overlap[pipeline])
+          for pipeline in times}
 
 
 def _Lanes(events):

@@ -11,7 +11,6 @@ import os
 import statistics
 import time
 
-import numpy as np
 import tensorflow as tf
 
 from lingpipe.distributed import cluster
@@ -50,8 +49,7 @@ def Profile(p, logdir, steps=5, warmup=2, out=None):
     _, rows = Step(batch)
     runs.append(recorder.Events([r.numpy() for r in rows]))
     seconds.append(time.perf_counter() - start)
-  spans = [max(e.end for e in events) - min(e.start for e in events) for events in runs]
-  events = runs[int(np.argsort(spans)[len(spans) // 2])]
+  events = timeline.MedianRun(runs)
   step = int(global_step.numpy())
   directory = os.path.join(logdir, PROFILE_DIR)
   os.makedirs(directory, exist_ok=True)
@@ -60,17 +58,16 @@ def Profile(p, logdir, steps=5, warmup=2, out=None):
   timeline.WriteChromeTrace(events, trace)
   result = {}
   plans = recorder.Plans()
-  times = timeline.ActionTimes([e for r in runs for e in r])
+  explained = timeline.PlanWithMeasuredTimes(runs, events, plans)
   for pipeline, measured in timeline.MeasuredBubble(events).items():
     plan = plans[pipeline]
     result[pipeline] = (measured, schedule_lib.Bubble(plan))
-    simulated = schedule_lib.Simulate(plan, costs=times[pipeline])[1]
+    simulated, overlap = explained[pipeline]
     print('Profile of %s at step %d: pipeline %s (%s, %d cells on %d devices, M=%d): bubble measured %.3f, '
           'theoretical %.3f, the plan with the measured action times %.3f' % (
               p.model, step, pipeline, plan.schedule, plan.num_cells, plan.num_devices, plan.num_micro_batches,
               measured, result[pipeline][1], simulated), file=out, flush=True)
-    overlap = timeline.Overlap(events)[pipeline]
-    if overlap > 0.05:
+    if overlap > timeline.OVERLAP_NO_GUIDE:
       print('  Its actions overlapped on a device (summed %.2fx the time they cover), which stretches their times: '
             'the plan with them is no guide here.' % (1 + overlap), file=out, flush=True)
   print('Step %.3f s (median of %d, recording included). Wrote %s and %s (chrome://tracing, ui.perfetto.dev).' % (
