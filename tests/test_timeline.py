@@ -58,13 +58,12 @@ def test_recording_changes_no_result_and_follows_the_schedule(remat):
     planned = [(a.kind, a.micro_batch) for a in plan.DeviceActions(k) if a.kind != plan_lib.SEND]
     assert all(e.start <= e.end for e in own)
     assert [(e.kind, e.micro_batch) for e in own if e.kind == timeline.FORWARD] == planned[:num_micro]
-    if remat == 'always':  # The taped backward of the other policies may interleave its tasks' ops.
-      assert [(e.kind, e.micro_batch) for e in own if e.kind == timeline.BACKWARD] == planned[num_micro:]
+    assert [(e.kind, e.micro_batch) for e in own if e.kind == timeline.BACKWARD] == planned[num_micro:]
   by_key = {(e.kind, e.cell, e.micro_batch): e for e in events}
   for m in range(num_micro):  # Each task starts after the task whose output it reads has ended.
     assert by_key[('forward', 1, m)].start >= by_key[('forward', 0, m)].end
-    # A taped task's end also waits for its weight-gradient sum, which the next need not. remat always tapes the
-    # last micro-batch too (schedule.KeepWhereBackwardFollows): its input gradients leave while its weight
+    # A taped task's end also waits for its weight-gradient sum, which the next device need not. remat always tapes
+    # the last micro-batch too (schedule.KeepWhereBackwardFollows): its input gradients leave while its weight
     # gradients still run.
     if remat == 'always' and m < num_micro - 1:
       assert by_key[('backward', 0, m)].start >= by_key[('backward', 1, m)].end

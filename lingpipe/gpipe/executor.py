@@ -2,8 +2,8 @@
 
 Each FORWARD or BACKWARD action is one call of the cell's traced function on the cell's device, so the graph holds
 calls, not copies of the cells. Each device's actions are chained in plan order: an action waits (a control
-dependency) for what the device's previous action produced, so TensorFlow cannot reorder a device's work (cell 0's
-backward actions, which send nothing, are ordered by their weight-gradient sums only; see Backward); the only
+dependency) for what the device's previous action produced, its gradient sum included, so TensorFlow cannot
+reorder a device's work nor run two of its backwards at once (see Backward); the only
 edges between devices are the SENDs, a copy of the result onto the receiving cell's device (`HandOff`), which the
 receiving action reads; the sender goes on at once. Across processes that needs workers with two inter-op threads
 or more (remote.Connect asks for them): with one, a worker's received tensors wait until its current action has
@@ -292,22 +292,18 @@ class _Interpreter:
             return in_grads, list(param_grads) if acc is None else [x + g for x, g in zip(acc, param_grads)]
         in_grads, state.accumulated[k] = self._Run(state, a, m, device, [cell_in, upstream, acc or []], call,
                                                    a.recompute)
+    # The device's next action waits for the input gradients and the sum. Waiting for the input gradients alone,
+    # GPipe's next backward ran beside this one's weight gradients (graph function calls are inlined): three
+    # backwards at once on cell 1 of the conv workload, and 1.17x the planned peak of the dense workload (K=2, M=8,
+    # remat never; 136 MiB chained against 149, at the same speed). Waiting for nothing but the sum, grappler
+    # rewrites the chain of adds into one AddN, which keeps every micro-batch's gradients alive until the last.
+    # The price is on one device with idle threads (K=1, M=4, one process: 0.57 -> 0.47 of the plain model).
+    state.last[a.device] = [g for g in in_grads if g is not None] + list(state.accumulated[k])
     if k > 0:
       state.produced[k] = in_grads
-      # With the loss inside, the device's next actions also wait for the sum: grappler rewrites a chain of adds
-      # that no op waits for into one AddN, which keeps every micro-batch's gradients alive until the last (with
-      # the inline forwards of remat 'never': 1.7x the peak of the dense workload at K=2, M=8).
-      state.last[a.device] = [g for g in in_grads if g is not None] + (
-          list(state.accumulated[k]) if self.loss is not None else [])
     else:
       floats = [g for g in in_grads if g is not None]
       state.input_grads[0] = _Write(state.input_grads.get(0), m, floats, num_micro, device)
-      # In a backward phase cell 0 sends nothing, so no other device waits on its order, and its actions are
-      # ordered only by their weight-gradient sums (each adds to the previous one). Chained whole, the taped
-      # backwards of remat 'never' could no longer overlap on a device's idle threads: 7-10% of the step at M=4
-      # (dense workload, one process), measured side by side. Where forwards follow (1F1B), they must wait for
-      # the backward, or they run ahead and keep every micro-batch's activations alive.
-      state.last[a.device] = list(state.accumulated[k]) if self.loss is not None else []
     return state
 
   def _EarlyRecompute(self, a, m, state, cell_in, upstream):

@@ -6,8 +6,8 @@ schedule, a remat policy, K cells and M micro-batches, each device k is predicte
     weights          W_k = params_k x dtype size
     gradients        W_k, and while micro-batches are summed either one layer's more (sums traced inline: the
                      loss inside with remat 'never', or a split backward) or its largest cell's more (a traced
-                     backward returns its cell's gradients together); gpipe 'never' peaks when the backward
-                     starts, before any sum
+                     backward returns its cell's gradients together); gpipe 'never' holds the second backward's
+                     beside the sum, less the micro-batch's activations the first backward freed
     optimizer slots  slots x W_k (Adam 2, RMSProp 2, SGD 1: the optimizer's slot variables)
     stash            what the forward keeps for the backward, for the whole batch: its cell's input (remat
                      'always'), its input and its activations ('never'), the input and the last micro-batch's
@@ -209,8 +209,12 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
       elif a.kind in (plan_lib.BACKWARD, plan_lib.WEIGHT):
         stash -= keeps.pop((a.micro_batch, a.cell))
     w = sum(weights[k] for k in own)
-    if num_micro == 1 or (remat == 'never' and schedule == 'gpipe'):
-      gradients = w  # 'never' peaks when the backward starts: everything stored, no sum yet.
+    if num_micro == 1:
+      gradients = w  # One backward: its gradients are the sum.
+    elif remat == 'never' and schedule == 'gpipe':
+      # Everything is stored when the backward starts; the first backward's gradients start the sum, and the
+      # second's exist beside it once that backward has freed its micro-batch's activations.
+      gradients = w + max(0, max(weights[k] for k in own) - max(activations[k] for k in own))
     elif splits_backward or (schedule in schedule_lib.NEEDS_LOSS and not called):
       # Traced inline, each layer's gradients are added to the sum as they come (executor.py): one layer's on top.
       gradients = w + max(max(layers.params[bounds[k]:bounds[k + 1]] or [0]) for k in own) * dtype_size
