@@ -214,7 +214,7 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     elif remat == 'never' and schedule == 'gpipe':
       # Everything is stored when the backward starts; the first backward's gradients start the sum, and the
       # second's exist beside it once that backward has freed its micro-batch's activations.
-      gradients = w + max(0, max(weights[k] for k in own) - max(activations[k] for k in own))
+      gradients = w + int(max(0, max(weights[k] for k in own) - max(activations[k] for k in own)))
     elif splits_backward or (schedule in schedule_lib.NEEDS_LOSS and not called):
       # Traced inline, each layer's gradients are added to the sum as they come (executor.py): one layer's on top.
       gradients = w + max(max(layers.params[bounds[k]:bounds[k + 1]] or [0]) for k in own) * dtype_size
