@@ -127,8 +127,7 @@ def _Measure(args, mesh):
     del norm
   events = timeline.MedianRun(runs)
   bubbles = [timeline.MeasuredBubble(r)['net'] for r in runs]
-  times = timeline.ActionTimes([e for r in runs for e in r])['net']  # Medians over all recorded steps.
-  simulated, overlap = timeline.PlanWithMeasuredTimes(runs, events, recorder.Plans())['net']
+  explained = timeline.PlanWithMeasuredTimes(runs, events, recorder.Plans())['net']
   schedule = args.schedule + ('_v%d' % args.virtual_stages if args.virtual_stages > 1 else '')
   name = '%s_K%d_M%d_%s%s%s' % (args.workload, k, m, args.remat, '' if schedule == 'gpipe' else '_' + schedule,
                                 '_workers%d' % args.workers if args.workers else '')
@@ -142,15 +141,14 @@ def _Measure(args, mesh):
                 remat=args.remat, schedule=schedule, workers=args.workers,
                 measured_bubble=statistics.median(bubbles), measured_bubbles=bubbles,
                 theoretical_bubble=schedule_lib.Bubble(recorder.Plans()['net']),
-                action_ms={'%s %d' % key: 1e3 * t for key, t in sorted(times.items())},
-                simulated_bubble=simulated, overlap=overlap,
+                action_ms={'%s %d' % key: 1e3 * t for key, t in sorted(explained.times.items())},
+                simulated_bubble=explained.bubble, overlap=explained.overlap, overlap_warning=explained.Warning(),
                 step_s=statistics.median(plain_s), recorded_step_s=statistics.median(recorded_s))
   result['recording_cost'] = result['recorded_step_s'] / result['step_s']
   return result
 
 
 def main(argv=None):
-  from lingpipe.gpipe import timeline  # pylint: disable=g-import-not-at-top
   args = _Args(argv)
   r = Run(args)
   print('%s, K=%d, M=%d, remat=%s, schedule=%s%s' % (
@@ -161,9 +159,8 @@ def main(argv=None):
   print('the plan with the measured action times (median ms per cell: %s) gives %.3f: the gap from the '
         'theoretical is unequal cells and actions, from the measured the waits between actions' % (
             ', '.join('%s %.1f' % kv for kv in r['action_ms'].items()), r['simulated_bubble']))
-  if r['overlap'] > timeline.OVERLAP_NO_GUIDE:
-    print('but actions overlapped on a device (summed %.2fx the time they cover), which stretches their times: '
-          'that figure is no guide here' % (1 + r['overlap']))
+  if r['overlap_warning']:
+    print('but ' + r['overlap_warning'])
   print('step: %.4f s; with recording %.4f s (%.3fx)' % (r['step_s'], r['recorded_step_s'], r['recording_cost']))
   print('wrote %s and %s' % (r['png'], r['trace']))
   return r

@@ -37,6 +37,7 @@ import collections
 import contextlib
 import json
 import threading
+from typing import Dict, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -235,13 +236,28 @@ def MedianRun(runs):
   return runs[int(np.argsort(spans)[len(spans) // 2])]
 
 
+class Explained(NamedTuple):
+  """A pipeline's plan run with its measured action times (PlanWithMeasuredTimes)."""
+  bubble: float  # the plan's bubble with those times (schedule.Simulate)
+  overlap: float  # Overlap of the step: above OVERLAP_NO_GUIDE the bubble is no guide
+  times: Dict  # {(kind, cell): median seconds}, ActionTimes over all recorded steps
+
+  def Warning(self):
+    """A sentence saying the simulated bubble is no guide, or None."""
+    if self.overlap <= OVERLAP_NO_GUIDE:
+      return None
+    return ('actions overlapped on a device (summed %.2fx the time they cover), which stretches their times: the '
+            'plan with them is no guide here' % (1 + self.overlap))
+
+
 def PlanWithMeasuredTimes(runs, events, plans):
-  """For each pipeline: (the bubble of its plan (`plans`, Recorder.Plans) run with the median action times of all
-  recorded steps `runs` (schedule.Simulate), the Overlap of the step `events`: above OVERLAP_NO_GUIDE the bubble
-  is no guide). Its gap to schedule.Bubble is unequal cells and actions; to the measured, waits between actions."""
+  """{pipeline: Explained}: its plan (`plans`, Recorder.Plans) run with the median action times of all recorded
+  steps `runs`, and the Overlap of the step `events`. The bubble's gap to schedule.Bubble is unequal cells and
+  actions; to the measured, waits between actions."""
   times = ActionTimes([e for r in runs for e in r])
   overlap = Overlap(events)
-  return {pipeline: (schedule_lib.Simulate(plans[pipeline], costs=times[pipeline])[1], overlap[pipeline])
+  return {pipeline: Explained(schedule_lib.Simulate(plans[pipeline], costs=times[pipeline])[1], overlap[pipeline],
+                              times[pipeline])
           for pipeline in times}
 
 

@@ -62,14 +62,13 @@ def Profile(p, logdir, steps=5, warmup=2, out=None):
   for pipeline, measured in timeline.MeasuredBubble(events).items():
     plan = plans[pipeline]
     result[pipeline] = (measured, schedule_lib.Bubble(plan))
-    simulated, overlap = explained[pipeline]
     print('Profile of %s at step %d: pipeline %s (%s, %d cells on %d devices, M=%d): bubble measured %.3f, '
           'theoretical %.3f, the plan with the measured action times %.3f' % (
               p.model, step, pipeline, plan.schedule, plan.num_cells, plan.num_devices, plan.num_micro_batches,
-              measured, result[pipeline][1], simulated), file=out, flush=True)
-    if overlap > timeline.OVERLAP_NO_GUIDE:
-      print('  Its actions overlapped on a device (summed %.2fx the time they cover), which stretches their times: '
-            'the plan with them is no guide here.' % (1 + overlap), file=out, flush=True)
+              measured, result[pipeline][1], explained[pipeline].bubble), file=out, flush=True)
+    warning = explained[pipeline].Warning()
+    if warning:
+      print('  Its %s.' % warning, file=out, flush=True)
   print('Step %.3f s (median of %d, recording included). Wrote %s and %s (chrome://tracing, ui.perfetto.dev).' % (
       statistics.median(seconds), steps, png, trace), file=out, flush=True)
   return result
