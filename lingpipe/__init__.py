@@ -14,6 +14,10 @@ if _os.path.isdir(_os.path.join(_ROOT, 'params')) and _os.path.isdir(_os.path.jo
   __path__.append(_ROOT)  # pylint: disable=undefined-variable
 
 from lingpipe import native_log as _native_log
+from lingpipe.core import cpu_kernels as _cpu_kernels
+
+# TensorFlow's oneDNN kernels where the user did not choose (measured faster, micro-batches most: cpu_kernels.py).
+_cpu_kernels.PreferOneDnn()
 
 if _native_log.IsQuietBinary(_sys.argv):  # lingpipe-train/-worker without --verbose: filtered from the start.
   _native_log.Filter()

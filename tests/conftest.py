@@ -1,14 +1,18 @@
-"""Shared test set-up: quiet TensorFlow, CPU allocator statistics and four logical CPU devices for pipeline tests.
+"""Shared test set-up: quiet TensorFlow, lingpipe's CPU kernels, CPU allocator statistics and four logical CPU
+devices for pipeline tests.
 
-All three are settings TensorFlow reads when its runtime starts, so they are made here, when pytest imports this
-file, before any test module runs an op. Allocator statistics (memory_stats.py) are what the remat memory test and
-balance='memory' read; without them a stock tensorflow-cpu keeps none on CPUs where oneDNN is off by default.
+All four are settings TensorFlow reads when it loads or its runtime starts, so they are made here, when pytest
+imports this file, before any test module runs an op. lingpipe is imported first, as a user's program would, so
+the tests run the kernels users get (oneDNN on unless TF_ENABLE_ONEDNN_OPTS=0). Allocator statistics
+(memory_stats.py) are what the remat memory test and balance='memory' read; without them a stock tensorflow-cpu
+with oneDNN off keeps none.
 """
 
 import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
+import lingpipe  # pylint: disable=g-import-not-at-top,unused-import  # First: its kernel choice (cpu_kernels.py).
 import pytest  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 

@@ -116,8 +116,9 @@ def _Plain(args):
   tf.config.threading.set_inter_op_parallelism_threads(1)
   from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
   layers, inputs = _Model(args)
+  from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
   layer = sequential.SequentialLayer.Params().Set(name='net', sub=layers).Instantiate()
-  return {'plain': _TimeSteps(layer, inputs, args.steps)}
+  return {'plain': dict(_TimeSteps(layer, inputs, args.steps), kernels=cpu_kernels.Describe())}
 
 
 def _Client(args):
@@ -214,8 +215,10 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   with local_cluster.LocalCluster(2, pin_cores=pins, threads=worker_threads) as workers:
     remote_rows = _RunChild('client', flags + ['--cluster_spec=' + workers.spec_text])
   results = {'workload': name, 'batch': batch, 'remat': remat, 'schedule': schedule_name, 'plain': plain,
-             'remote': remote_rows,
+             'remote': remote_rows, 'kernels': plain['kernels'],
              'two_core_ceiling': ceiling, 'speedup': {}}
+  # The workers start from the same environment and import lingpipe first, as the plain process does.
+  print('CPU kernels: %s (plain process; the workers run the same)' % plain['kernels'])
   print('two plain processes on two cores run %.2fx the throughput of one (the most a 2-way split can give here)'
         % ceiling)
   print('one pinned process, whole model: %.3f s/step; K=1 on one worker: %.3f s/step (%.2fx its throughput)' % (

@@ -48,6 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
 
@@ -414,7 +415,9 @@ def main():
   if ARGS.ks:
     ks = [int(k) for k in ARGS.ks.split(',')]
   results = dict(devices=cluster.LocalDevices()[:NUM_DEVICES], steps=ARGS.steps, quick=ARGS.quick,
-                 inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads())
+                 inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
+                 kernels=cpu_kernels.Describe())
+  print('CPU kernels: %s' % results['kernels'])
   sections = ARGS.sections.split(',')
   if 'table1' in sections:
     results['table1'] = {}

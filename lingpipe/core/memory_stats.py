@@ -1,7 +1,7 @@
 """Peak memory of a computation, read from TensorFlow's allocator statistics.
 
 TensorFlow keeps statistics (`tf.config.experimental.get_memory_info`) for GPUs always, but for the CPU only when
-its allocator is a BFC allocator: with oneDNN on (the default on x86 CPUs with AVX512-VNNI or newer) it is, and
+its allocator is a BFC allocator: with oneDNN on (lingpipe's default, cpu_kernels.py) it is, and
 otherwise only when TF_CPU_ALLOCATOR_USE_BFC=true was in the environment when the runtime started (measured on
 tensorflow-cpu 2.21: with TF_ENABLE_ONEDNN_OPTS=0 and no such variable, "Allocator stats not available"). The
 variable is read once, when the first op runs, so setting it after `import tensorflow` still works, but not after

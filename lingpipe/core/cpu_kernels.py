@@ -1,0 +1,53 @@
+"""Which CPU kernels TensorFlow runs: lingpipe turns oneDNN on wherever the user did not choose.
+
+TensorFlow's x86 wheels carry two kernel libraries for MatMul, convolutions and friends: Eigen's and oneDNN's.
+TensorFlow turns oneDNN on by itself only on CPUs with AVX512-VNNI or newer; on others (older Intel, AMD EPYC as
+on this project's machines) it runs Eigen's unless TF_ENABLE_ONEDNN_OPTS=1 is in the environment when it loads.
+The two differ most where a pipeline lives, on micro-batches. Measured on an AMD EPYC, tensorflow-cpu 2.21, one
+thread per process (2026-11-24):
+
+  - the input gradient of a projection, `[m, 1024] x [1024, 1024]^T`: with Eigen 1.5x the forward's time at
+    m = 512 and 1.1x at m = 2048, so the smaller the micro-batch the slower its backward; with oneDNN equal to the
+    forward's at every m;
+  - two pinned processes against one running the plain model, K=2 at M=4 (`tools/multiprocess_benchmark.py`,
+    remat never): dense stack at batch 2048 1.31x -> 1.46x, one device's micro-batch efficiency 0.87 -> 0.96; the
+    Transformer at batch 256 1.58x -> 1.56x (M=8: 1.62x -> 1.70x); and the plain models themselves ran 1.09x
+    (dense), 1.14x (Transformer) and 1.68x (conv stack) faster with oneDNN.
+
+So lingpipe's import calls `PreferOneDnn()` before it imports TensorFlow, which reads the variable once, when it
+loads: a program that imported TensorFlow first keeps TensorFlow's own choice. TF_ENABLE_ONEDNN_OPTS=0 in the
+environment keeps oneDNN off (numerics then match a plain TensorFlow program on such a CPU bit for bit).
+`OneDnnEnabled()` says what the running process got; the benchmarks print it beside their figures.
+"""
+
+import os
+import sys
+
+ENV_VAR = 'TF_ENABLE_ONEDNN_OPTS'
+_ASKED_TOO_LATE = []  # [True] when PreferOneDnn() ran after TensorFlow had loaded.
+
+
+def PreferOneDnn():
+  """Asks TensorFlow for its oneDNN kernels, unless the environment already says. Effective only before TensorFlow
+  is imported."""
+  if ENV_VAR not in os.environ and 'tensorflow' in sys.modules:
+    _ASKED_TOO_LATE.append(True)
+  os.environ.setdefault(ENV_VAR, '1')
+
+
+def OneDnnEnabled():
+  """Whether this process's TensorFlow runs oneDNN's kernels (imports TensorFlow)."""
+  try:
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top
+    return bool(_pywrap_util_port.IsMklEnabled())
+  except (ImportError, AttributeError):  # A TensorFlow without the query: what was asked for.
+    return os.environ.get(ENV_VAR, '') in ('1', 'true', 'True')
+
+
+def Describe():
+  """'oneDNN on', or 'oneDNN off' and why: a benchmark header's note of the kernels it ran."""
+  if OneDnnEnabled():
+    return 'oneDNN on'
+  if _ASKED_TOO_LATE:
+    return 'oneDNN off (TensorFlow was imported before lingpipe)'
+  return 'oneDNN off (%s=%s)' % (ENV_VAR, os.environ.get(ENV_VAR, ''))

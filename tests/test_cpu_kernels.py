@@ -1,0 +1,50 @@
+"""lingpipe's import turns TensorFlow's oneDNN kernels on unless the user chose, and says what a process got.
+
+Each case runs in a fresh subprocess: TensorFlow reads TF_ENABLE_ONEDNN_OPTS once, when it loads.
+"""
+
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from lingpipe.core import cpu_kernels
+
+_REPORT = '''
+    import os
+    from lingpipe.core import cpu_kernels
+    print(os.environ.get(cpu_kernels.ENV_VAR), cpu_kernels.OneDnnEnabled(), cpu_kernels.Describe(), sep='|')
+    '''
+
+
+def _Run(prelude, onednn_env=None):
+  env = {k: v for k, v in os.environ.items() if k != cpu_kernels.ENV_VAR}
+  env['TF_CPP_MIN_LOG_LEVEL'] = '2'
+  if onednn_env is not None:
+    env[cpu_kernels.ENV_VAR] = onednn_env
+  result = subprocess.run([sys.executable, '-c', textwrap.dedent(prelude) + textwrap.dedent(_REPORT)],
+                          capture_output=True, text=True, env=env, timeout=120)
+  assert result.returncode == 0, result.stderr[-2000:]
+  return result.stdout.strip().splitlines()[-1].split('|')
+
+
+@pytest.mark.skipif(platform.machine() not in ('x86_64', 'AMD64'), reason='oneDNN ships in the x86 wheels.')
+def test_importing_lingpipe_turns_onednn_on_where_the_user_did_not_choose():
+  value, enabled, described = _Run('import lingpipe')
+  assert (value, enabled, described) == ('1', 'True', 'oneDNN on')
+
+
+def test_the_users_choice_is_kept():
+  value, enabled, described = _Run('import lingpipe', onednn_env='0')
+  assert (value, enabled, described) == ('0', 'False', 'oneDNN off (TF_ENABLE_ONEDNN_OPTS=0)')
+
+
+def test_tensorflow_imported_first_keeps_its_own_choice_and_the_report_says_so():
+  # Where TensorFlow turns oneDNN on by itself (CPUs with AVX512-VNNI), it is on either way.
+  value, enabled, described = _Run('import tensorflow\nimport lingpipe')
+  assert value == '1'
+  assert (enabled, described) in (('True', 'oneDNN on'),
+                                  ('False', 'oneDNN off (TensorFlow was imported before lingpipe)'))
