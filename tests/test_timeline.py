@@ -77,8 +77,10 @@ def test_a_first_recomputation_runs_while_its_device_waits_for_the_gradient():
   starts once F1 ends, while cell 1 still runs its backward of micro-batch 0, not once that backward's gradient
   arrives (executor._EarlyRecompute). Cell 1 re-computes nothing: each of its backwards follows its forward
   (schedule.KeepWhereBackwardFollows)."""
-  _, pipe = util.Pair(util.Tanh(4, dim=256), num_splits=2, num_micro_batches=2, remat='always', schedule='1f1b')
-  x = tf.constant(np.random.RandomState(0).normal(size=(512, 256)), tf.float32)
+  # Actions of several ms each: the margin below is about one action, which must outlast a loaded machine's thread
+  # wake-ups (with 256 x 256 layers each action took ~1 ms under oneDNN, and a 1.2 ms miss was seen).
+  _, pipe = util.Pair(util.Tanh(4, dim=512), num_splits=2, num_micro_batches=2, remat='always', schedule='1f1b')
+  x = tf.constant(np.random.RandomState(0).normal(size=(2048, 512)), tf.float32)
   recorder = timeline.Recorder()
 
   @tf.function(autograph=False)

@@ -7,8 +7,8 @@ The two differ most where a pipeline lives, on micro-batches. Measured on an AMD
 thread per process (2026-11-24):
 
   - the input gradient of a projection, `[m, 1024] x [1024, 1024]^T`: with Eigen 1.5x the forward's time at
-    m = 512 and 1.1x at m = 2048, so the smaller the micro-batch the slower its backward; with oneDNN equal to the
-    forward's at every m;
+    m = 512 and 1.1x at m = 2048, so the smaller the micro-batch the slower its backward; with oneDNN no slower
+    than the forward at any m from 128 to 2048;
   - two pinned processes against one running the plain model, K=2 at M=4 (`tools/multiprocess_benchmark.py`,
     remat never): dense stack at batch 2048 1.31x -> 1.46x, one device's micro-batch efficiency 0.87 -> 0.96; the
     Transformer at batch 256 1.58x -> 1.56x (M=8: 1.62x -> 1.70x); and the plain models themselves ran 1.09x
@@ -16,7 +16,7 @@ thread per process (2026-11-24):
 
 So lingpipe's import calls `PreferOneDnn()` before it imports TensorFlow, which reads the variable once, when it
 loads: a program that imported TensorFlow first keeps TensorFlow's own choice. TF_ENABLE_ONEDNN_OPTS=0 in the
-environment keeps oneDNN off (numerics then match a plain TensorFlow program on such a CPU bit for bit).
+environment keeps oneDNN off: the kernels, and so the rounding, of a plain TensorFlow program on such a CPU.
 `OneDnnEnabled()` says what the running process got; the benchmarks print it beside their figures.
 """
 
