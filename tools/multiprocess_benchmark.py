@@ -114,9 +114,9 @@ def _Plain(args):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tf.config.threading.set_intra_op_parallelism_threads(1)
   tf.config.threading.set_inter_op_parallelism_threads(1)
+  from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
   from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
   layers, inputs = _Model(args)
-  from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
   layer = sequential.SequentialLayer.Params().Set(name='net', sub=layers).Instantiate()
   return {'plain': dict(_TimeSteps(layer, inputs, args.steps), kernels=cpu_kernels.Describe())}
 

@@ -127,7 +127,8 @@ def _Measure(args, mesh):
     del norm
   events = timeline.MedianRun(runs)
   bubbles = [timeline.MeasuredBubble(r)['net'] for r in runs]
-  explained = timeline.PlanWithMeasuredTimes(runs, events, recorder.Plans())['net']
+  plans = recorder.Plans()
+  explained = timeline.PlanWithMeasuredTimes(runs, events, plans)['net']
   schedule = args.schedule + ('_v%d' % args.virtual_stages if args.virtual_stages > 1 else '')
   name = '%s_K%d_M%d_%s%s%s' % (args.workload, k, m, args.remat, '' if schedule == 'gpipe' else '_' + schedule,
                                 '_workers%d' % args.workers if args.workers else '')
@@ -140,7 +141,7 @@ def _Measure(args, mesh):
   result = dict(name=name, png=png, trace=trace, workload=workload.name, num_splits=k, num_micro_batches=m,
                 remat=args.remat, schedule=schedule, workers=args.workers,
                 measured_bubble=statistics.median(bubbles), measured_bubbles=bubbles,
-                theoretical_bubble=schedule_lib.Bubble(recorder.Plans()['net']),
+                theoretical_bubble=schedule_lib.Bubble(plans['net']),
                 action_ms={'%s %d' % key: 1e3 * t for key, t in sorted(explained.times.items())},
                 simulated_bubble=explained.bubble, overlap=explained.overlap, overlap_warning=explained.Warning(),
                 step_s=statistics.median(plain_s), recorded_step_s=statistics.median(recorded_s))
