@@ -52,7 +52,7 @@ def test_loss_in_pipeline_schedules_match_the_plain_model(k, m, remat, v):
   util.AssertClose(_LossAndGrads(plain, x, targets, False), _LossAndGrads(pipe, x, targets, True))
 
 
-@pytest.mark.parametrize('schedule_name,v', [('1f1b', 1), ('interleaved_1f1b', 2), ('zero_bubble', 1)])
+@pytest.mark.parametrize('schedule_name,v', [('1f1b', 1), ('interleaved_1f1b', 2), ('zero_bubble', 1), ('gpipe', 1)])
 def test_a_loss_that_reads_the_pipelines_own_variables_gets_both_gradients(schedule_name, v):
   """A weight penalty (or a softmax tied to an embedding in the first cell) reads a cell's variable in the loss:
   its gradient is the cell's plus the loss's (the loss's once replaced the cell's)."""
@@ -80,6 +80,29 @@ def test_a_loss_that_reads_the_pipelines_own_variables_gets_both_gradients(sched
     return loss, tape.gradient(loss, list(layer.trainable_variables))
 
   util.AssertClose(Run(plain, False), Run(pipe, True))
+
+
+def test_gpipe_computes_the_loss_and_its_gradient_on_the_last_cells_device():
+  """GPipe's FPropWithLoss runs the loss where the outputs are (loss_step.LossOnDevice), not where the caller's
+  step is placed: the same loss and gradients, and no op of the loss or of its gradient on another device."""
+  plain, pipe = util.Pair(util.Tanh(4, dim=8), num_splits=2, num_micro_batches=4)
+  rng = np.random.RandomState(4)
+  x = tf.constant(rng.normal(size=(12, 8)), tf.float32)
+  targets = tf.constant(rng.normal(size=(12, 8)), tf.float32)
+  util.AssertClose(_LossAndGrads(plain, x, targets, False), _LossAndGrads(pipe, x, targets, True))
+
+  @tf.function(autograph=False)
+  def Run(x):
+    with tf.device(pipe.ReplicaDevices(0)[0]):  # The caller's placement, as on a remote cluster.
+      with tf.GradientTape() as tape:
+        with context.Training(True):
+          loss, _ = pipe.FPropWithLoss(x, targets, _SquaredError)
+      return tape.gradient(loss, list(pipe.trainable_variables))
+  ops = Run.get_concrete_function(x).graph.get_operations()
+  loss_ops = [op for op in ops if op.type in ('Square', 'Sub') or op.name.startswith('gradient_tape/')]
+  assert any(op.type == 'Square' for op in loss_ops) and any(op.name.startswith('gradient_tape/') for op in loss_ops)
+  last = pipe.ReplicaDevices(0)[-1]
+  assert {op.device for op in loss_ops} == {last}, [(op.name, op.device) for op in loss_ops if op.device != last]
 
 
 def test_batch_norm_under_one_f_one_b_moves_the_averages_by_the_whole_batch():

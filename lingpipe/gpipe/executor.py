@@ -37,6 +37,7 @@ import tensorflow as tf
 
 from lingpipe.gpipe import phase_loop
 from lingpipe.gpipe import plan as plan_lib
+from lingpipe.gpipe import remat
 from lingpipe.gpipe import split_backward
 from lingpipe.gpipe import timeline
 
@@ -47,10 +48,13 @@ class Cells(NamedTuple):
   forward[k](inputs, index, params) -> (outputs, {layer path: moments.Moments}[, (start, end)]);
   backward[k](inputs, upstream, index, params, accumulated) -> (input grads, accumulated + param grads[, stamps]),
   for a cell's later re-computing backwards (its first runs inline from `body`: _Interpreter._EarlyRecompute);
-  taped_backward(params, inputs, upstream, tape, outputs) -> (input grads, param grads); zeros[k]() -> cell k's
-  zero gradients. The [start, end] outputs exist when `stamped` (timeline.Stamped).
+  taped_backward(params, inputs, upstream, tape, outputs, wanted) -> (input grads, param grads); zeros[k]() -> cell
+  k's zero gradients. The [start, end] outputs exist when `stamped` (timeline.Stamped).
   body[k](inputs, index, params, recomputing) -> (outputs, moments): cell k's forward traced inline (plans that split
   the backward record it, split_backward.py; `recomputing` discards the moments).
+  wanted: per leaf of cell 0's inputs, whether its gradient is computed (remat.WantedInputGrads; None: every float
+  leaf). backward[0] must compute the same ones. Later cells compute every float input gradient: the previous
+  cell needs them.
   """
   devices: List[str]
   params: List[List[tf.Tensor]]
@@ -58,6 +62,11 @@ class Cells(NamedTuple):
   backward: List[Callable] = None
   taped_backward: Callable = None
   body: List[Callable] = None
+  wanted: List[bool] = None
+
+  def Wanted(self, k):
+    """Cell k's `wanted` (see above): which input gradients its backward computes, None for every float one."""
+    return self.wanted if k == 0 else None
 
 
 class State(NamedTuple):
@@ -115,9 +124,11 @@ def CutFromCallerTapes(inputs, params, devices):
   return Cut(inputs, devices[0]), [Cut(p, d) for p, d in zip(params, devices)]
 
 
-def _Watch(tape, cell_in, params):
-  """Inside `with tape:`, what a taped cell differentiates against: its float inputs and its parameter values."""
-  tape.watch([x for x in tf.nest.flatten(cell_in) if x.dtype.is_floating])
+def _Watch(tape, cell_in, params, wanted):
+  """Inside `with tape:`, what a taped cell differentiates against: its inputs whose gradients are `wanted`
+  (remat.WantsGrad) and its parameter values."""
+  flat = tf.nest.flatten(cell_in)
+  tape.watch([x for x, w in zip(flat, remat.WantsGrad(flat, wanted)) if w])
   tape.watch(params)
 
 
@@ -219,7 +230,7 @@ class _Interpreter:
       if a.keep == plan_lib.KEEP_ACTIVATIONS and self.split:
         def Recorded():
           recorded = split_backward.Record(lambda x, params: cells.body[k](x, phase_loop.Index(m), params, False),
-                                           cell_in, cells.params[k])
+                                           cell_in, cells.params[k], cells.Wanted(k))
           tapes[(m, k)] = recorded[2]
           return recorded[:2]
         cell_out, moments = self._Run(state, a, m, device, cell_in, Recorded, False)
@@ -229,7 +240,7 @@ class _Interpreter:
           call = lambda: cells.body[k](cell_in, phase_loop.Index(m), cells.params[k], False)
         tape = tf.GradientTape(watch_accessed_variables=False)
         with tape:
-          _Watch(tape, cell_in, cells.params[k])
+          _Watch(tape, cell_in, cells.params[k], cells.Wanted(k))
           cell_out, moments = self._Run(state, a, m, device, cell_in, call, not inline)
         tapes[(m, k)] = (cell_in, cell_out, tape)
       else:
@@ -288,7 +299,8 @@ class _Interpreter:
           call = lambda: cells.backward[k](cell_in, upstream, phase_loop.Index(m), cells.params[k], acc)
         else:
           def call():
-            in_grads, param_grads = cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out)
+            in_grads, param_grads = cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out,
+                                                         cells.Wanted(k))
             return in_grads, list(param_grads) if acc is None else [x + g for x, g in zip(acc, param_grads)]
         in_grads, state.accumulated[k] = self._Run(state, a, m, device, [cell_in, upstream, acc or []], call,
                                                    a.recompute)
@@ -320,13 +332,14 @@ class _Interpreter:
 
     def Recompute():
       with tape:
-        _Watch(tape, cell_in, cells.params[k])
+        _Watch(tape, cell_in, cells.params[k], cells.Wanted(k))
         return cells.body[k](cell_in, phase_loop.Index(m), cells.params[k], True)[0]
 
     cell_out = self._Run(state, a, m, device, cell_in, Recompute, False, kind=timeline.RECOMPUTE)
     recomputed = state.times[(timeline.RECOMPUTE, k)].flow if self.recording else []  # Its end stamp, written.
     return self._Run(state, a, m, device, [upstream, cell_out, recomputed],
-                     lambda: cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out), False)
+                     lambda: cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out,
+                                                  cells.Wanted(k)), False)
 
   def _InputGradients(self, a, m, state, cell_in, upstream, recorded):
     """A split BACKWARD: the input gradients (re-computing the forward from `cell_in`, or from the forward's
@@ -340,7 +353,7 @@ class _Interpreter:
           with tf.control_dependencies([g for g in tf.nest.flatten(upstream) if g is not None]):
             gated = tf.nest.map_structure(tf.identity, cell_in)  # Re-compute once the gradient has arrived.
           recorded = split_backward.Record(lambda x, params: cells.body[k](x, phase_loop.Index(m), params, True),
-                                           gated, cells.params[k])[2]
+                                           gated, cells.params[k], cells.Wanted(k))[2]
         in_grads, self.pending[(m, k)] = split_backward.InputGrads(recorded, upstream)
         return in_grads
       in_grads = self._Run(state, a, m, device, [cell_in, upstream], Call, False)
@@ -387,10 +400,11 @@ def _Moments(state):
   return {path: part for per_cell in state.moments.values() for path, part in per_cell.items()}
 
 
-def _InputGrads(state, like):
-  """Per-leaf TensorArrays of the first cell's input gradients (None for non-float leaves)."""
-  arrays = iter(state.input_grads[0])
-  return [None if not t.dtype.is_floating else next(arrays) for t in tf.nest.flatten(like)]
+def _InputGrads(state, like, wanted):
+  """Per-leaf TensorArrays of the first cell's input gradients (None for leaves without: non-float, not wanted)."""
+  arrays = iter(state.input_grads.get(0, []))
+  flat = tf.nest.flatten(like)
+  return [next(arrays) if w else None for w in remat.WantsGrad(flat, wanted)]
 
 
 def Forward(plan, cells, micro, stacked, recorder=None, name='', loop=True):
@@ -422,7 +436,7 @@ def Backward(plan, cells, dy_micro, dy_stacked, kept, recorder=None, name='', lo
   state = phase_loop.RunPhase(plan, plan_lib.BACKWARD, run, start, loop)
   _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.RECOMPUTE, cells.devices, state, plan)
-  return _InputGrads(state, kept.like[0]), state.accumulated
+  return _InputGrads(state, kept.like[0], cells.wanted), state.accumulated
 
 
 def Step(plan, cells, micro, loss, recorder=None, name=''):
@@ -439,4 +453,4 @@ def Step(plan, cells, micro, loss, recorder=None, name=''):
   _Record(recorder, name, timeline.RECOMPUTE, cells.devices, state, plan)
   if plan.splits_backward:
     _Record(recorder, name, timeline.WEIGHT, cells.devices, state, plan)
-  return _InputGrads(state, run.kept.like[0]), state.accumulated, _Moments(state)
+  return _InputGrads(state, run.kept.like[0], cells.wanted), state.accumulated, _Moments(state)

@@ -284,14 +284,26 @@ class PipeliningLayer(base_layer.BaseLayer):
     first = tf.cast(micro_batch_index, tf.int32) * size
     return context.RealRows(self.params.batch_dim, tf.clip_by_value(num_micro * size - pad_rows - first, 0, size))
 
-  def _CellFn(self, k, r, training, padding=None, stamped=False):
+  def _CellFn(self, k, r, training, padding=None, stamped=False, wanted=None):
     """A tf.function running cell k of replica r on its device: (inputs, micro-batch index, parameter values) ->
     (outputs, batch-norm moments {layer path: moments.Moments}), and with `stamped` its start and end times
-    (timeline.Stamped). One per `padding` (see _Body), which the trace bakes in."""
-    key = ('forward', k, r, training, padding, stamped, _SeedGraph())
+    (timeline.Stamped). One per `padding` (see _Body) and `wanted`, which the trace bakes in.
+
+    `wanted` (remat.WantsGrad): the input leaves whose gradients a taped backward of this call computes. The
+    gradient of a function call is the gradient of the whole function, for every float input, and the next
+    action's wait keeps it from being pruned: the others are cut here (stop_gradient), so their gradient is a
+    zero fill instead of, say, a first layer's whole input gradient."""
+    wanted = None if wanted is None else tuple(wanted)
+    key = ('forward', k, r, training, padding, stamped, wanted, _SeedGraph())
     if key not in self._cell_fns:
 
       def Cell(inputs, micro_batch_index, params):
+        if wanted is not None:
+          flat = tf.nest.flatten(inputs)
+          inputs = tf.nest.pack_sequence_as(inputs, [
+              x if w or not x.dtype.is_floating else tf.stop_gradient(x)
+              for x, w in zip(flat, remat.WantsGrad(flat, wanted))])
+
         def Body():
           collector = context.BatchNormStats()
           outputs = self._Body(k, r, training, inputs, micro_batch_index, params, collector, padding)
@@ -307,15 +319,16 @@ class PipeliningLayer(base_layer.BaseLayer):
       self._cell_fns[key] = tf.function(Cell, autograph=False, experimental_attributes={'_noinline': True})
     return self._cell_fns[key]
 
-  def _BackwardFn(self, k, r, padding=None, stamped=False):
+  def _BackwardFn(self, k, r, padding=None, stamped=False, wanted=None):
     """Cell k's re-computing backward task in replica r (remat.AccumulatingBackward), traced once per `padding`
-    and called per micro-batch."""
-    key = ('backward', k, r, padding, stamped, _SeedGraph())
+    and `wanted` (the input gradients it computes) and called per micro-batch."""
+    wanted = None if wanted is None else tuple(wanted)
+    key = ('backward', k, r, padding, stamped, wanted, _SeedGraph())
     if key not in self._cell_fns:
       # Re-computation must not move batch-norm averages again: its moments are discarded.
       fn = lambda a, index, params: self._Body(k, r, True, a, index, params, context.BatchNormStats(discard=True),
                                                padding)
-      self._cell_fns[key] = remat.AccumulatingBackward(fn, self._mesh[r][k], stamped)
+      self._cell_fns[key] = remat.AccumulatingBackward(fn, self._mesh[r][k], stamped, wanted)
     return self._cell_fns[key]
 
   def NumMicroBatches(self, inputs):
@@ -353,16 +366,18 @@ class PipeliningLayer(base_layer.BaseLayer):
     return self.params.schedule in schedule_lib.NEEDS_LOSS
 
   def FPropWithLoss(self, inputs, loss_inputs, loss_fn):
-    """(loss, metrics) of loss_fn(outputs, loss_inputs) -> (loss, {name: (value, weight)}). In training with a
-    schedule that needs the loss inside the pipeline ('1f1b'), per micro-batch on the last cell's device
-    (loss_step.py); otherwise loss_fn(self.FProp(inputs), loss_inputs)."""
-    if not self.NeedsLoss() or not context.IsTraining() or context.IsExporting():
+    """(loss, metrics) of loss_fn(outputs, loss_inputs) -> (loss, {name: (value, weight)}), on the last cell's
+    device in training: with a schedule that needs the loss inside the pipeline ('1f1b') per micro-batch
+    (loss_step.FPropWithLoss), otherwise on the whole batch's outputs (loss_step.LossOnDevice)."""
+    if not context.IsTraining() or context.IsExporting():
       return loss_fn(self.FProp(inputs), loss_inputs)
+    if not self.NeedsLoss():
+      return loss_step.LossOnDevice(self._mesh[self.Replica()][-1], self.FProp(inputs), loss_inputs, loss_fn)
     return loss_step.FPropWithLoss(self, inputs, loss_inputs, loss_fn)
 
-  def _Forward(self, inputs, training):
+  def _Forward(self, inputs, training, wanted=None):
     """Runs the forward phase of the schedule's plan (schedule.py, executor.py). Returns (merged outputs,
-    NestedMap of what the backward needs)."""
+    NestedMap of what the backward needs). `wanted`: which input gradients the backward computes (executor.Cells)."""
     p = self.params
     r = self.Replica()
     devices = self._mesh[r]
@@ -379,13 +394,14 @@ class PipeliningLayer(base_layer.BaseLayer):
                  if phase_loop.Loops(plan, plan_lib.FORWARD) else None)
     padding = self._Padding(micro, num_micro, pad_rows) if training else None
     recorder = timeline.Current()
-    cells = self.ExecutorCells(r, params, training, padding, recorder is not None)
+    cells = self.ExecutorCells(r, params, training, padding, recorder is not None, wanted)
     result = executor.Forward(plan, cells, micro, stacked, recorder=recorder, name=self.TimelineName(r))
     if training:
       self.ApplyBatchNormMoments(result.moments)
     with tf.device(devices[-1]):
       outputs = microbatch.MergeStacked(result.outputs, p.batch_dim, pad_rows)
-    return outputs, NestedMap(plan=plan, kept=result.kept, params=params, pad_rows=pad_rows, padding=padding)
+    return outputs, NestedMap(plan=plan, kept=result.kept, params=params, pad_rows=pad_rows, padding=padding,
+                              wanted=wanted)
 
   # -- what a step driven by the executor needs (here, loss_step.py; also Replica, ReplicaDevices, NumMicroBatches)
   def ApplyBatchNormMoments(self, merged):
@@ -408,14 +424,18 @@ class PipeliningLayer(base_layer.BaseLayer):
         params.append(self._cell_params[k].Read())
     return params
 
-  def ExecutorCells(self, replica, params, training, padding, stamped):
-    """executor.Cells of `replica`: each cell's forward and, in training, its re-computing and taped backward."""
+  def ExecutorCells(self, replica, params, training, padding, stamped, wanted=None):
+    """executor.Cells of `replica`: each cell's forward and, in training, its re-computing and taped backward.
+    `wanted`: which of the pipeline's input gradients cell 0 computes (remat.WantedInputGrads; None: all)."""
     cells = range(self._num_cells)
     return executor.Cells(
-        self._mesh[replica], params, [self._CellFn(k, replica, training, padding, stamped) for k in cells],
-        backward=[self._BackwardFn(k, replica, padding, stamped) for k in cells] if training else None,
+        self._mesh[replica], params,
+        [self._CellFn(k, replica, training, padding, stamped, wanted if k == 0 else None) for k in cells],
+        backward=[self._BackwardFn(k, replica, padding, stamped, wanted if k == 0 else None) for k in cells]
+        if training else None,
         taped_backward=remat.TapedBackward,
-        body=[functools.partial(self._InlineBody, k, replica, padding) for k in cells] if training else None)
+        body=[functools.partial(self._InlineBody, k, replica, padding) for k in cells] if training else None,
+        wanted=wanted)
 
   def _InlineBody(self, k, r, padding, inputs, micro_batch_index, params, recomputing):
     """Cell k in training, traced where it is called (executor.Cells.body): (outputs, moments); a re-computation
@@ -450,10 +470,12 @@ class PipeliningLayer(base_layer.BaseLayer):
     # The backward runs when the caller asks for gradients, usually outside its StepSeed and Replica blocks:
     # re-enter them so the re-computation draws the forward's dropout masks.
     step_seed = context.StepSeedValue()
+    # Inputs no tape watches (images, constant features) get no gradient: None, as for integer leaves.
+    wanted = remat.WantedInputGrads(flat_inputs)
 
     @tf.custom_gradient
     def Pipeline(*args):
-      outputs, forward = self._Forward(tf.nest.pack_sequence_as(inputs, list(args)), True)
+      outputs, forward = self._Forward(tf.nest.pack_sequence_as(inputs, list(args)), True, wanted)
       r = self.Replica()
       structure['outputs'] = outputs
       flat_outputs = tf.nest.flatten(outputs)
@@ -467,12 +489,12 @@ class PipeliningLayer(base_layer.BaseLayer):
         num_micro = forward.plan.num_micro_batches
         dy = tf.nest.pack_sequence_as(outputs, [
             phase_loop.Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
-        dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
         with tf.device(devices[-1]):
+          dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
           dy_stacked = (microbatch.Stacked(dy, num_micro, p.batch_dim, forward.pad_rows)
                         if phase_loop.Loops(forward.plan, plan_lib.BACKWARD) else None)
         recorder = timeline.Current()
-        cells = self.ExecutorCells(r, forward.params, True, forward.padding, recorder is not None)
+        cells = self.ExecutorCells(r, forward.params, True, forward.padding, recorder is not None, forward.wanted)
         first, accumulated = executor.Backward(forward.plan, cells, dy_micro, dy_stacked, forward.kept,
                                                recorder=recorder, name=self.TimelineName(r))
         by_ref = self.GradientsByVariable(accumulated)

@@ -13,6 +13,7 @@ tensors with the same backward, for re-materialization outside a pipeline.
 """
 
 import tensorflow as tf
+from tensorflow.python.eager import record  # pylint: disable=g-direct-tensorflow-import
 
 from lingpipe.core import context
 from lingpipe.gpipe import timeline
@@ -22,6 +23,27 @@ POLICIES = ('always', 'except_last', 'never')
 
 def _FloatLeaves(structure):
   return [t for t in tf.nest.flatten(structure) if t.dtype.is_floating]
+
+
+def WantsGrad(flat_inputs, wanted=None):
+  """Per leaf of `flat_inputs`, whether a backward computes its gradient: `wanted[i]` (see WantedInputGrads) when
+  given, else every float leaf."""
+  if wanted is None:
+    return [t.dtype.is_floating for t in flat_inputs]
+  return [bool(w) and t.dtype.is_floating for t, w in zip(flat_inputs, wanted)]
+
+
+def WantedInputGrads(flat_inputs):
+  """Per leaf, whether the caller can use its gradient: a float leaf some active tape watches (it depends on
+  trainable variables, or the caller watched it). A batch of images or of constant features is watched by none,
+  and its gradient would be computed for nothing: cell 0's first layer would compute its input gradient (the
+  conv workload's cell 0 took 1.16x cell 1's time for a backward, measured). Where no tape is active at all the
+  gradient may be asked symbolically (tf.gradients, or a tf.function whose gradient is taken from outside), so
+  every float leaf stays wanted."""
+  floats = [t.dtype.is_floating for t in flat_inputs]
+  if not record.could_possibly_record():
+    return floats
+  return [f and record.should_record_backprop([t]) for t, f in zip(flat_inputs, floats)]
 
 
 def GradsOrZeros(grads, tensors):
@@ -39,24 +61,26 @@ def FloatTargets(outputs, output_grads):
   return float_outputs, float_grads
 
 
-def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None):
+def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None, wanted=None):
   """(input grads, variable grads) of outputs = fn(inputs) for the upstream `output_grads`.
 
   `variables` are tf.Variables fn reads, or tensors it closes over (a pipeline cell's parameter values).
 
   With `tape` (recorded around the forward, together with its `outputs`), the stored activations are used;
   without it, `fn(inputs)` is recomputed after `output_grads` exist. Either way the input gradients are made to
-  wait for the variable gradients. Input gradients follow tf.nest.flatten(inputs) (None for non-float leaves);
-  variable gradients follow `variables` (zeros for variables the segment does not use).
+  wait for the variable gradients. Input gradients follow tf.nest.flatten(inputs), None for non-float leaves and
+  for those `wanted` (WantsGrad) leaves out; variable gradients follow `variables` (zeros for variables the
+  segment does not use).
   """
   flat_inputs = tf.nest.flatten(inputs)
-  float_inputs = [t for t in flat_inputs if t.dtype.is_floating]
+  wants = WantsGrad(flat_inputs, wanted)
+  float_inputs = [t for t, w in zip(flat_inputs, wants) if w]
   upstream = [g for g in tf.nest.flatten(output_grads) if g is not None]
   if tape is None:
     with tf.control_dependencies(upstream):
       gated = [tf.identity(t) for t in flat_inputs]  # (1) recompute only once the gradient has arrived.
     gated_inputs = tf.nest.pack_sequence_as(inputs, gated)
-    float_inputs = [t for t in gated if t.dtype.is_floating]
+    float_inputs = [t for t, w in zip(gated, wants) if w]
     with tf.GradientTape(watch_accessed_variables=False) as tape:
       tape.watch(float_inputs)
       tape.watch(variables)
@@ -67,17 +91,17 @@ def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None):
   var_grads = [tf.convert_to_tensor(g) for g in GradsOrZeros(grads[:len(variables)], variables)]
   with tf.control_dependencies(var_grads):  # (2) the previous segment waits for this one's weight gradients.
     in_grads = iter(GradsOrZeros(grads[len(variables):], float_inputs))
-    input_grads = [tf.identity(next(in_grads)) if t.dtype.is_floating else None for t in flat_inputs]
+    input_grads = [tf.identity(next(in_grads)) if w else None for w in wants]
   return input_grads, var_grads
 
 
-def TapedBackward(params, inputs, upstream, tape, outputs):
+def TapedBackward(params, inputs, upstream, tape, outputs, wanted=None):
   """Backward of a pipeline task whose forward ran on `tape` (remat 'never', the last micro-batch of
   'except_last'): (input grads, param grads) from the stored activations."""
-  return Backward(None, params, inputs, upstream, tape=tape, outputs=outputs)
+  return Backward(None, params, inputs, upstream, tape=tape, outputs=outputs, wanted=wanted)
 
 
-def AccumulatingBackward(fn, device, stamped=False):
+def AccumulatingBackward(fn, device, stamped=False, wanted=None):
   """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
 
   Step(inputs, output_grads, micro_batch_index, params, accumulated) -> (input grads, accumulated + param grads)
@@ -87,12 +111,13 @@ def AccumulatingBackward(fn, device, stamped=False):
   threading `accumulated` through the calls of one cell runs them one at a time, in schedule order: at most one
   micro-batch's recomputed activations per device are alive, and the partial gradients are summed as they come
   (graph rewriting cannot turn the sum into one AddN that keeps all of them alive). With `stamped`, Step also
-  returns its start and end times (timeline.Stamped).
+  returns its start and end times (timeline.Stamped). `wanted`: which input gradients to compute (Backward).
   """
 
   def Step(inputs, output_grads, micro_batch_index, params, accumulated):
     def Body():
-      input_grads, param_grads = Backward(lambda a: fn(a, micro_batch_index, params), params, inputs, output_grads)
+      input_grads, param_grads = Backward(lambda a: fn(a, micro_batch_index, params), params, inputs, output_grads,
+                                          wanted=wanted)
       return input_grads, [a + g for a, g in zip(accumulated, param_grads)]
 
     with tf.device(device):

@@ -39,6 +39,7 @@ class Recorded(NamedTuple):
   params: List[tf.Tensor]  # this call's parameter values
   tape: tf.GradientTape  # inputs and parameters -> everything
   param_tapes: List[tf.GradientTape]  # parameter i -> what depends on it
+  wants: List[bool]  # per leaf of tf.nest.flatten(inputs): whether its gradient is computed (remat.WantsGrad)
 
 
 class Pending(NamedTuple):
@@ -50,26 +51,24 @@ class Pending(NamedTuple):
   swept: List[Any]  # per parameter read by several ops: its gradient from the input sweep
 
 
-def _Floats(structure):
-  return [t for t in tf.nest.flatten(structure) if t is not None and t.dtype.is_floating]
-
-
-def Record(forward, inputs, params):
-  """forward(inputs, params) -> (outputs, extra) run under the tapes; returns (outputs, extra, Recorded)."""
+def Record(forward, inputs, params, wanted=None):
+  """forward(inputs, params) -> (outputs, extra) run under the tapes; returns (outputs, extra, Recorded).
+  `wanted`: which input gradients InputGrads computes (remat.WantsGrad; default every float leaf)."""
   if tf.executing_eagerly():
     raise errors.ConfigError("schedule='zero_bubble' splits each backward at the ops that read the weights, which "
                              'needs a graph: run the training step inside tf.function (the trainer and Keras fit do).')
   params = [tf.identity(p) for p in params]  # Fresh tensors: their consumers are this call's ops only.
   param_tapes = [tf.GradientTape(watch_accessed_variables=False) for _ in params]
   tape = tf.GradientTape(watch_accessed_variables=False)
+  wants = remat.WantsGrad(tf.nest.flatten(inputs), wanted)
   with contextlib.ExitStack() as stack:
     for p, param_tape in zip(params, param_tapes):
       stack.enter_context(param_tape)
       param_tape.watch(p)
     stack.enter_context(tape)
-    tape.watch(_Floats(inputs) + params)
+    tape.watch([t for t, w in zip(tf.nest.flatten(inputs), wants) if w] + params)
     outputs, extra = forward(inputs, params)
-  return outputs, extra, Recorded(inputs, outputs, params, tape, param_tapes)
+  return outputs, extra, Recorded(inputs, outputs, params, tape, param_tapes, wants)
 
 
 # Ops that only re-shape or re-type a weight: the op reading their output is the one whose gradient is deferred.
@@ -91,9 +90,10 @@ def _ReadingOp(param):
 
 
 def InputGrads(recorded, upstream):
-  """(gradients of the recorded inputs, per tf.nest.flatten(inputs), None for non-float leaves; Pending)."""
+  """(gradients of the recorded inputs, per tf.nest.flatten(inputs), None for non-float and unwanted leaves;
+  Pending)."""
   flat_inputs = tf.nest.flatten(recorded.inputs)
-  float_inputs = [t for t in flat_inputs if t.dtype.is_floating]
+  float_inputs = [t for t, w in zip(flat_inputs, recorded.wants) if w]
   outputs, output_grads = remat.FloatTargets(recorded.outputs, upstream)
   reads = [_ReadingOp(p) for p in recorded.params]
   shared = [p for p, read in zip(recorded.params, reads) if read is None]
@@ -102,7 +102,7 @@ def InputGrads(recorded, upstream):
   input_grads = iter(remat.GradsOrZeros([next(grads) for _ in float_inputs], float_inputs))
   read_grads = [[next(grads) for _ in read] if read else None for read in reads]
   swept = [None if read else next(grads) for read in reads]  # In the order of `shared`.
-  flat = [next(input_grads) if t.dtype.is_floating else None for t in flat_inputs]
+  flat = [next(input_grads) if w else None for w in recorded.wants]
   return flat, Pending(recorded.params, recorded.param_tapes, reads, read_grads, swept)
 
 
