@@ -14,7 +14,9 @@ PipeliningLayer with K=2 and with K=1 (on one worker) for each M. The last colum
 same M, i.e. with the cost of small micro-batches on a CPU taken out; the last table factors the speed-up over
 the plain model into the one-cell pipeline's cost, the micro-batch efficiency and the schedule's gain
 (workloads.Decomposition). Everything is timed in one run, side by side, so the ratios are comparable on a noisy
-machine.
+machine; --rounds=N repeats the plain process and the client in turn N times against the same workers, so a slow
+minute of the machine weighs on both: each step time is then the median over the rounds, and the speed-up table
+also gives the lowest and highest round's.
 """
 
 import argparse
@@ -37,6 +39,8 @@ def _Args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--out', default='multiprocess_benchmark.json', help='Where to write the JSON results.')
   parser.add_argument('--steps', type=int, default=7, help='Timed steps per configuration (median is kept).')
+  parser.add_argument('--rounds', type=int, default=1, help='Times the plain process and the client run, in turn '
+                      '(medians over rounds; the spread of the speed-up is printed).')
   parser.add_argument('--micro_batches', default=','.join(map(str, MICRO_BATCHES)), help='Values of M.')
   workloads.AddFlags(parser, default='transformer', batch_list=True)
   parser.add_argument('--remat', default='never', help='The pipeline\'s re-materialization policy.')
@@ -192,8 +196,14 @@ def _RunChild(role, extra, pin=None):
   return _Result(_StartChild(role, extra, pin))
 
 
+def MedianRows(rows):
+  """{key: {'step_s', 'first_step_s'}} with each the median of those in `rows` (one such dict per round)."""
+  return {key: {field: statistics.median(r[key][field] for r in rows) for field in ('step_s', 'first_step_s')}
+          for key in rows[0]}
+
+
 def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat='never',
-        workload_flags=('--workload=transformer',), schedule_name='gpipe'):
+        workload_flags=('--workload=transformer',), schedule_name='gpipe', rounds=1):
   """Runs the comparison; prints the tables and returns the results."""
   from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
@@ -205,18 +215,27 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   name = workloads.FromArgs(_Args(flags), batch).name
   print('\n## %s, remat %s, schedule %s: K=2 over 2 worker processes (pinned to cores %d and %d, %d thread(s) '
         'each) vs one pinned process' % (name, remat, schedule_name, cores[0], cores[1], worker_threads), flush=True)
-  plain = _RunChild('plain', flags, pin={cores[0]})['plain']
+  plains = [_RunChild('plain', flags, pin={cores[0]})['plain']]
   # The machine's own ceiling: two independent plain processes, one per core, against one alone (shared caches,
   # memory bandwidth and clock boost make it less than 2 on small VMs).
   pair = [_StartChild('plain', flags, pin={core}) for core in cores[:2]]
   pair = [_Result(child)['plain']['step_s'] for child in pair]
-  ceiling = 2 * plain['step_s'] / max(pair)
+  ceiling = 2 * plains[0]['step_s'] / max(pair)
   pins = [{cores[0]}, {cores[1]}]
+  remotes = []
   with local_cluster.LocalCluster(2, pin_cores=pins, threads=worker_threads) as workers:
-    remote_rows = _RunChild('client', flags + ['--cluster_spec=' + workers.spec_text])
+    for r in range(rounds):
+      if r:
+        plains.append(_RunChild('plain', flags, pin={cores[0]})['plain'])
+      remotes.append(_RunChild('client', flags + ['--cluster_spec=' + workers.spec_text]))
+  plain = dict(MedianRows([{'plain': p} for p in plains])['plain'], kernels=plains[0]['kernels'])
+  remote_rows = MedianRows(remotes)
   results = {'workload': name, 'batch': batch, 'remat': remat, 'schedule': schedule_name, 'plain': plain,
-             'remote': remote_rows, 'kernels': plain['kernels'],
+             'remote': remote_rows, 'kernels': plain['kernels'], 'rounds': [
+                 {'plain': p, 'remote': r} for p, r in zip(plains, remotes)],
              'two_core_ceiling': ceiling, 'speedup': {}}
+  if rounds > 1:
+    print('%d rounds, plain process and client in turn: step times are medians over the rounds' % rounds)
   # The workers start from the same environment and import lingpipe first, as the plain process does.
   print('CPU kernels: %s (plain process; the workers run the same)' % plain['kernels'])
   print('two plain processes on two cores run %.2fx the throughput of one (the most a 2-way split can give here)'
@@ -225,18 +244,20 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
       plain['step_s'], remote_rows['K=1,M=1']['step_s'], plain['step_s'] / remote_rows['K=1,M=1']['step_s']))
   # 'over K=1': K=2 against K=1 with the same M on one worker, i.e. with the cost of small micro-batches taken out
   # (on a CPU a Transformer on micro-batches of 8 rows is much slower per row than on the whole batch).
-  print('%-6s %10s %10s %10s %16s %10s %12s %10s' % ('M', 'speed-up', 'ideal', 'ratio', 'machine ideal', 'ratio',
-                                                      'over K=1', 'ratio'))
+  print('%-6s %10s %10s %10s %16s %10s %12s %10s%s' % ('M', 'speed-up', 'ideal', 'ratio', 'machine ideal', 'ratio',
+                                                        'over K=1', 'ratio', '   rounds' if rounds > 1 else ''))
   for m in micro_batches:
     measured = plain['step_s'] / remote_rows['K=2,M=%d' % m]['step_s']
+    per_round = [p['step_s'] / r['K=2,M=%d' % m]['step_s'] for p, r in zip(plains, remotes)]
     ideal = schedule.IdealSpeedup(m, 2)
     machine = ideal * ceiling / 2
     same_m = remote_rows['K=1,M=%d' % m]['step_s'] / remote_rows['K=2,M=%d' % m]['step_s']
     results['speedup'][m] = dict(measured=measured, ideal=ideal, ratio=measured / ideal, machine_ideal=machine,
                                  machine_ratio=measured / machine, over_k1_same_m=same_m,
-                                 over_k1_same_m_ratio=same_m / ideal)
-    print('%-6d %10.2f %10.2f %10.2f %16.2f %10.2f %12.2f %10.2f' % (
-        m, measured, ideal, measured / ideal, machine, measured / machine, same_m, same_m / ideal), flush=True)
+                                 over_k1_same_m_ratio=same_m / ideal, per_round=per_round)
+    print('%-6d %10.2f %10.2f %10.2f %16.2f %10.2f %12.2f %10.2f%s' % (
+        m, measured, ideal, measured / ideal, machine, measured / machine, same_m, same_m / ideal,
+        '   %.2f-%.2f' % (min(per_round), max(per_round)) if rounds > 1 else ''), flush=True)
   schedules = Schedules(schedule_name)
   if len(schedules) > 1:
     first = schedules[0][0]
@@ -270,7 +291,7 @@ def main():
     batches = workloads.Batches(args) if args.batch or args.workload != 'transformer' else [64, 256]
     results = {'batch_%d' % batch: Run(args.steps, [int(m) for m in args.micro_batches.split(',')],
                                        args.worker_threads, batch, args.remat, workloads.SizeFlags(args),
-                                       args.schedule)
+                                       args.schedule, args.rounds)
                for batch in batches}
     with open(args.out, 'w') as f:
       json.dump(results, f, indent=2, sort_keys=True)
