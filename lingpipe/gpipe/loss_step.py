@@ -115,9 +115,10 @@ def LossOnDevice(device, outputs, loss_inputs, loss_fn):
   """(loss, metrics) of loss_fn(outputs, loss_inputs), forward and backward on `device`: for GPipe, the last
   cell's, where the outputs are. Left to the caller's placement, a step placed on the first cell (remote.Connect's
   mesh.Placement) copied the whole batch's outputs there and their gradient back, and the tape puts a gradient
-  op under the scope of the tape.gradient call, not beside its forward op; placing the forward alone moved
-  nothing. Measured (conv workload, two worker processes, K=2, M=8, remat never, 8 MiB of outputs): bubble 0.23
-  -> 0.18, step 0.247 -> 0.227 s, with the output gradient also split on that device (PipeliningLayer).
+  op under the scope of the tape.gradient call, not beside its forward op, so placing only the forward would leave
+  its gradient there. Measured (conv workload, two worker processes, K=2, M=8, remat never, 8 MiB of outputs,
+  two runs): bubble 0.19 -> 0.18, step 0.236 -> 0.222 s, with the output gradient also split on that device
+  (PipeliningLayer); the loss alone on that device, the gradient split elsewhere, gained nothing.
   Variables the loss reads (a softmax, a weight penalty) get their gradients too."""
   flat = tf.nest.flatten(outputs)
   floats = [t for t in flat if _Float(t)]
@@ -146,4 +147,3 @@ def LossOnDevice(device, outputs, loss_inputs, loss_fn):
   flat_out = Loss(*floats)
   names = sorted(structure['metrics'])
   return flat_out[0], {name: (flat_out[1 + 2 * i], flat_out[2 + 2 * i]) for i, name in enumerate(names)}
-
