@@ -80,6 +80,28 @@ def LossAndGrads(layer, inputs, seed=0, step=0):
   return Run(inputs)
 
 
+def LossStep(layer, inputs, targets, loss_fn, with_loss, watch=lambda inputs: [], step=0):
+  """tf.function training step with loss_fn(outputs, targets) -> (loss, metrics): (loss, metrics, gradients of the
+  variables, gradients of the tensors watch(inputs) picks and the tape watches). With `with_loss`, through
+  layer.FPropWithLoss (a pipeline's loss inside it); otherwise loss_fn of layer.FProp."""
+
+  @tf.function(autograph=False)  # zero_bubble needs a graph.
+  def Run(inputs):
+    watched = watch(inputs)
+    with tf.GradientTape() as tape:
+      tape.watch(watched)
+      with context.Training(True), context.StepSeed(step):
+        if with_loss:
+          loss, metrics = layer.FPropWithLoss(inputs, targets, loss_fn)
+        else:
+          loss, metrics = loss_fn(layer.FProp(inputs), targets)
+    variables = list(layer.trainable_variables)
+    grads = tape.gradient(loss, variables + watched)
+    return loss, metrics, grads[:len(variables)], grads[len(variables):]
+
+  return Run(inputs)
+
+
 def AssertClose(reference, actual):
   """float32 transparency: |a - b| <= 1e-5 |b| + 1e-6 max|b| (what held for K=4, M=1..16 on this machine), for
   results of the same structure (a missing or extra gradient fails)."""

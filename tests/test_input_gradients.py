@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingpipe.core import context
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe import remat
@@ -46,20 +45,9 @@ def _SquaredError(outputs, targets):
 
 def _Run(layer, inputs, targets, watch, with_loss):
   """(loss, variable gradients, gradients of the watched leaves) of one training step."""
-
-  @tf.function(autograph=False)  # zero_bubble needs a graph.
-  def Run(inputs):
-    watched = [inputs[name] for name in watch]
-    with tf.GradientTape() as tape:
-      tape.watch(watched)
-      with context.Training(True), context.StepSeed(1):
-        if with_loss:
-          loss, _ = layer.FPropWithLoss(inputs, targets, _SquaredError)
-        else:
-          loss, _ = _SquaredError(layer.FProp(inputs), targets)
-    grads = tape.gradient(loss, list(layer.trainable_variables) + watched)
-    return loss, grads[:len(layer.trainable_variables)], grads[len(layer.trainable_variables):]
-  return Run(inputs)
+  loss, _, grads, watched_grads = util.LossStep(layer, inputs, targets, _SquaredError, with_loss,
+                                                lambda inputs: [inputs[name] for name in watch], step=1)
+  return loss, grads, watched_grads
 
 
 @pytest.mark.parametrize('schedule,remat_policy', [

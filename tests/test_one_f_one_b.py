@@ -23,17 +23,8 @@ def _SquaredError(outputs, targets):
 
 
 def _LossAndGrads(layer, x, targets, with_loss):
-  @tf.function(autograph=False)
-  def Run(x):
-    with tf.GradientTape() as tape:
-      tape.watch(x)
-      with context.Training(True), context.StepSeed(3):
-        if with_loss:
-          loss, metrics = layer.FPropWithLoss(x, targets, _SquaredError)
-        else:
-          loss, metrics = _SquaredError(layer.FProp(x), targets)
-    return loss, metrics['loss'][1], tape.gradient(loss, list(layer.trainable_variables) + [x])
-  return Run(x)
+  loss, metrics, grads, x_grads = util.LossStep(layer, x, targets, _SquaredError, with_loss, lambda x: [x], step=3)
+  return loss, metrics['loss'][1], grads + x_grads
 
 
 @pytest.mark.parametrize('k,m,remat,v', [

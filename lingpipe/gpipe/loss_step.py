@@ -30,6 +30,16 @@ def _Float(t):
   return t.dtype.is_floating
 
 
+def _FlatLoss(loss, metrics):
+  """[loss, value, weight, ...] of (loss, {name: (value, weight)}), metrics by name: a custom gradient's outputs."""
+  return [loss] + [t for name in sorted(metrics) for t in metrics[name]]
+
+
+def _PackLoss(flat, like):
+  """(loss, metrics) back from _FlatLoss's list, with the metric names of `like`."""
+  return flat[0], {name: (flat[1 + 2 * i], flat[2 + 2 * i]) for i, name in enumerate(sorted(like))}
+
+
 def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
   """(loss, metrics) of `layer` (a PipeliningLayer in training) on `inputs`; see the module docstring.
 
@@ -92,8 +102,7 @@ def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
     for ref, (_, g) in loss_grads.items():  # The loss may read the pipeline's own variables (a weight penalty).
       by_ref[ref] = by_ref[ref] + g if by_ref.get(ref) is not None else g
     structure['metrics'] = metrics
-    names = sorted(metrics)
-    flat_out = [loss] + [t for name in names for t in metrics[name]]
+    flat_out = _FlatLoss(loss, metrics)
 
     def Grad(dloss, *unused_dmetrics, variables=None):
       scale = tf.cast(dloss, loss.dtype) / total
@@ -106,9 +115,7 @@ def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
 
   with context.Training(True):
     flat_out = Pipeline(*flat_inputs)
-  names = sorted(structure['metrics'])
-  metrics = {name: (flat_out[1 + 2 * i], flat_out[2 + 2 * i]) for i, name in enumerate(names)}
-  return flat_out[0], metrics
+  return _PackLoss(flat_out, structure['metrics'])
 
 
 def LossOnDevice(device, outputs, loss_inputs, loss_fn):
@@ -133,8 +140,7 @@ def LossOnDevice(device, outputs, loss_inputs, loss_fn):
         tape.watch(float_outputs)
         loss, metrics = loss_fn(packed, loss_inputs)
     structure['metrics'] = metrics
-    names = sorted(metrics)
-    flat_out = [loss] + [t for name in names for t in metrics[name]]
+    flat_out = _FlatLoss(loss, metrics)
 
     def Grad(dloss, *unused_dmetrics, variables=None):
       variables = list(variables or [])
@@ -144,6 +150,4 @@ def LossOnDevice(device, outputs, loss_inputs, loss_fn):
 
     return flat_out, Grad
 
-  flat_out = Loss(*floats)
-  names = sorted(structure['metrics'])
-  return flat_out[0], {name: (flat_out[1 + 2 * i], flat_out[2 + 2 * i]) for i, name in enumerate(names)}
+  return _PackLoss(Loss(*floats), structure['metrics'])

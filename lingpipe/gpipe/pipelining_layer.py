@@ -299,10 +299,7 @@ class PipeliningLayer(base_layer.BaseLayer):
 
       def Cell(inputs, micro_batch_index, params):
         if wanted is not None:
-          flat = tf.nest.flatten(inputs)
-          inputs = tf.nest.pack_sequence_as(inputs, [
-              x if w or not x.dtype.is_floating else tf.stop_gradient(x)
-              for x, w in zip(flat, remat.WantsGrad(flat, wanted))])
+          inputs = remat.CutUnwanted(inputs, wanted)
 
         def Body():
           collector = context.BatchNormStats()

@@ -21,16 +21,19 @@ from lingpipe.gpipe import timeline
 POLICIES = ('always', 'except_last', 'never')
 
 
-def _FloatLeaves(structure):
-  return [t for t in tf.nest.flatten(structure) if t.dtype.is_floating]
-
-
 def WantsGrad(flat_inputs, wanted=None):
   """Per leaf of `flat_inputs`, whether a backward computes its gradient: `wanted[i]` (see WantedInputGrads) when
   given, else every float leaf."""
   if wanted is None:
     return [t.dtype.is_floating for t in flat_inputs]
   return [bool(w) and t.dtype.is_floating for t, w in zip(flat_inputs, wanted)]
+
+
+def CutUnwanted(inputs, wanted):
+  """`inputs` with the float leaves whose gradient is not `wanted` (WantsGrad) cut from any tape (stop_gradient)."""
+  flat = tf.nest.flatten(inputs)
+  return tf.nest.pack_sequence_as(inputs, [
+      x if w or not x.dtype.is_floating else tf.stop_gradient(x) for x, w in zip(flat, WantsGrad(flat, wanted))])
 
 
 def WantedInputGrads(flat_inputs):
