@@ -166,6 +166,7 @@ def test_measured_bubble_chrome_trace_and_gantt_chart(tmp_path):
   # Overlapping actions of one device count once.
   overlapping = [_Event(0, f, 0, 0, 2), _Event(0, f, 1, 1, 3), _Event(1, f, 0, 0, 4)]
   assert timeline.MeasuredBubble(overlapping) == {'net': pytest.approx((0.25 + 0.0) / 2)}
+  assert timeline.IdleFractions(overlapping) == {'net': {'CPU:0': pytest.approx(0.25), 'CPU:1': 0.0}}
   assert timeline.Overlap(overlapping) == {'net': pytest.approx(8 / 7 - 1)} and timeline.Overlap(events) == {'net': 0}
   trace = timeline.ChromeTrace(events)
   actions = [e for e in trace['traceEvents'] if e['ph'] == 'X']
@@ -192,6 +193,8 @@ def test_the_timeline_tool_writes_the_chart_and_the_trace(tmp_path):
   assert set(result['action_ms']) == {'forward 0', 'forward 1', 'backward 0', 'backward 1'}
   assert 0.0 <= result['simulated_bubble'] < 1.0
   assert 0.0 <= result['measured_bubble'] < 1.0 and result['recording_cost'] > 0
+  idle = result['idle_by_device']
+  assert len(idle) == 2 and result['measured_bubble'] == pytest.approx(sum(idle.values()) / 2, abs=0.05)
   assert os.path.getsize(result['png']) > 1000
   assert len([e for e in json.load(open(result['trace']))['traceEvents'] if e['ph'] == 'X']) == 16
 
@@ -202,7 +205,7 @@ def test_profile_mode_writes_the_timeline_of_a_training_step(capsys, tmp_path):
                                                 '--mode=profile', '--profile_steps=2')
   assert code == 0, err
   assert 'pipeline deep_mlp/network (gpipe, 2 cells on 2 devices, M=4): bubble measured ' in out
-  assert 'theoretical 0.200, the plan with the measured action times 0.' in out
+  assert 'theoretical 0.200, the plan with the measured action times 0.' in out and '(busiest device 0.' in out
   assert sorted(os.listdir(os.path.join(logdir, 'profile'))) == ['step_0.json', 'step_0.png']
   line = trainer_test_util.Error(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=profile')
   assert line.startswith('The timeline recorded nothing')

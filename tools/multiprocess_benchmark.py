@@ -261,17 +261,20 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   schedules = Schedules(schedule_name)
   if len(schedules) > 1:
     first = schedules[0][0]
-    print('schedules side by side (speed-up over the plain process; in brackets, throughput over %s):' % first)
+    print('schedules side by side (speed-up over the plain process; in brackets, throughput over %s, and the '
+          'schedule efficiency: over K=1 at the same M, divided by the ideal K*M/(M+K-1)):' % first)
     print('%-6s' % 'M' + ''.join('%26s' % label for label, _, _ in schedules))
     results['schedules'] = {}
     for m in micro_batches:
       base = remote_rows[RowKey(2, m, first, first)]['step_s']
+      one = remote_rows['K=1,M=%d' % m]['step_s']
       cells = []
       for label, _, _ in schedules:
         step = remote_rows[RowKey(2, m, label, first)]['step_s']
+        efficiency = one / step / schedule.IdealSpeedup(m, 2)
         results['schedules'].setdefault(label, {})[m] = dict(step_s=step, speedup=plain['step_s'] / step,
-                                                             over_first=base / step)
-        cells.append('%26s' % ('%.2f (%.2fx)' % (plain['step_s'] / step, base / step)))
+                                                             over_first=base / step, schedule_ratio=efficiency)
+        cells.append('%26s' % ('%.2f (%.2fx, %.2f)' % (plain['step_s'] / step, base / step, efficiency)))
       print('%-6d' % m + ''.join(cells), flush=True)
   if remat != 'never':
     results['remat_target'] = RematTarget(plain['step_s'], remote_rows, remat, micro_batches)

@@ -127,6 +127,8 @@ def _Measure(args, mesh):
     del norm
   events = timeline.MedianRun(runs)
   bubbles = [timeline.MeasuredBubble(r)['net'] for r in runs]
+  idle = [timeline.IdleFractions(r)['net'] for r in runs]
+  idle = {timeline.ShortDevice(d): statistics.median(i[d] for i in idle) for d in idle[0]}
   plans = recorder.Plans()
   explained = timeline.PlanWithMeasuredTimes(runs, events, plans)['net']
   schedule = args.schedule + ('_v%d' % args.virtual_stages if args.virtual_stages > 1 else '')
@@ -140,7 +142,7 @@ def _Measure(args, mesh):
   timeline.WriteChromeTrace(events, trace)
   result = dict(name=name, png=png, trace=trace, workload=workload.name, num_splits=k, num_micro_batches=m,
                 remat=args.remat, schedule=schedule, workers=args.workers,
-                measured_bubble=statistics.median(bubbles), measured_bubbles=bubbles,
+                measured_bubble=statistics.median(bubbles), measured_bubbles=bubbles, idle_by_device=idle,
                 theoretical_bubble=schedule_lib.Bubble(plans['net']),
                 action_ms={'%s %d' % key: 1e3 * t for key, t in sorted(explained.times.items())},
                 simulated_bubble=explained.bubble, overlap=explained.overlap, overlap_warning=explained.Warning(),
@@ -157,6 +159,9 @@ def main(argv=None):
       ', %d workers' % r['workers'] if r['workers'] else ''))
   print('bubble: measured %.3f (median of %s), theoretical (schedule.Bubble) %.3f' % (
       r['measured_bubble'], ' '.join('%.3f' % b for b in r['measured_bubbles']), r['theoretical_bubble']))
+  print('idle per device (median): %s; the busiest device idles %.3f, the schedule\'s own bubble: the others\' '
+        'extra idle is waiting for it' % (', '.join('%s %.3f' % kv for kv in r['idle_by_device'].items()),
+                                          min(r['idle_by_device'].values())))
   print('the plan with the measured action times (median ms per cell: %s) gives %.3f: the gap from the '
         'theoretical is unequal cells and actions, from the measured the waits between actions' % (
             ', '.join('%s %.1f' % kv for kv in r['action_ms'].items()), r['simulated_bubble']))

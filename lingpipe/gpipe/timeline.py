@@ -186,19 +186,24 @@ def Timed(device, waits_for, action):
 
 
 # -- analysis ------------------------------------------------------------------------------------------------------
-def MeasuredBubble(events):
-  """The mean over devices of the fraction of the step (first start to last end, all devices) each device was
-  idle, for each pipeline: {pipeline: fraction}."""
+def IdleFractions(events):
+  """For each pipeline, the fraction of the step (first start to last end, all devices) each device was idle:
+  {pipeline: {device: fraction}}. With unequal cells the busiest device's idle is the schedule's own bubble (it
+  sets the pace); what the others idle beyond it is waiting for the slower cell."""
   result = {}
   for pipeline in sorted({e.pipeline for e in events}):
     own = [e for e in events if e.pipeline == pipeline]
     span = max(e.end for e in own) - min(e.start for e in own)
-    idle = []
+    result[pipeline] = {}
     for device in sorted({e.device for e in own}):
       busy = _Union([(e.start, e.end) for e in own if e.device == device])
-      idle.append(1.0 - busy / span if span > 0 else 0.0)
-    result[pipeline] = float(np.mean(idle))
+      result[pipeline][device] = 1.0 - busy / span if span > 0 else 0.0
   return result
+
+
+def MeasuredBubble(events):
+  """The mean over devices of IdleFractions, for each pipeline: {pipeline: fraction}."""
+  return {pipeline: float(np.mean(list(idle.values()))) for pipeline, idle in IdleFractions(events).items()}
 
 
 def ActionTimes(events):

@@ -59,13 +59,15 @@ def Profile(p, logdir, steps=5, warmup=2, out=None):
   result = {}
   plans = recorder.Plans()
   explained = timeline.PlanWithMeasuredTimes(runs, events, plans)
+  idle = timeline.IdleFractions(events)
   for pipeline, measured in timeline.MeasuredBubble(events).items():
     plan = plans[pipeline]
     result[pipeline] = (measured, schedule_lib.Bubble(plan))
-    print('Profile of %s at step %d: pipeline %s (%s, %d cells on %d devices, M=%d): bubble measured %.3f, '
-          'theoretical %.3f, the plan with the measured action times %.3f' % (
+    print('Profile of %s at step %d: pipeline %s (%s, %d cells on %d devices, M=%d): bubble measured %.3f '
+          '(busiest device %.3f), theoretical %.3f, the plan with the measured action times %.3f' % (
               p.model, step, pipeline, plan.schedule, plan.num_cells, plan.num_devices, plan.num_micro_batches,
-              measured, result[pipeline][1], explained[pipeline].bubble), file=out, flush=True)
+              measured, min(idle[pipeline].values()), result[pipeline][1], explained[pipeline].bubble),
+          file=out, flush=True)
     warning = explained[pipeline].Warning()
     if warning:
       print('  Its %s.' % warning, file=out, flush=True)
