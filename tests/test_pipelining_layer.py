@@ -33,6 +33,23 @@ def test_transparency_across_splits_and_micro_batches(k, m):
   util.AssertClose(input_grads, p_input_grads)
 
 
+def test_without_loops_the_passes_unroll_with_the_same_gradients():
+  """loop_phases=False (for pipelines across processes, where each loop iteration costs a round trip): every
+  (micro-batch, cell) task is its own call, and the step computes what the looped one does."""
+  counts = {}
+  for m in (4, 8):
+    _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m, loop_phases=False)
+    counts[m] = _CellCalls(_StepGraph(pipe, _Input(batch=32)))
+  # Every (micro-batch, cell) task of both passes is its own call, 2 x M x K; looped, 16 whatever M (below).
+  assert counts == {4: 16, 8: 32}
+  x = _Input(batch=16)
+  plain, looped = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=8)
+  _, unrolled = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=8, loop_phases=False)
+  unrolled_result = util.LossAndGrads(unrolled, x)
+  util.AssertClose(util.LossAndGrads(looped, x), unrolled_result)
+  util.AssertClose(util.LossAndGrads(plain, x), unrolled_result)
+
+
 @pytest.mark.parametrize('policy', ['always', 'except_last', 'never'])
 def test_transparency_for_every_remat_policy_with_nested_map_skip_fields(policy):
   layers = [util.SkipProjection.Params().Set(dim=4) for _ in range(6)]

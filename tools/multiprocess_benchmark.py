@@ -48,6 +48,8 @@ def _Args(argv=None):
                       'interleaved_1f1b:v (v cells per device); several, comma-separated, are timed side by side '
                       '(alternating at each M) and compared with the first.')
   parser.add_argument('--worker_threads', type=int, default=1, help='Intra- and inter-op threads per worker.')
+  parser.add_argument('--unroll', action='store_true', help="Unroll the pipeline's passes (loop_phases=False): "
+                      'across processes each loop iteration costs a round trip.')
   parser.add_argument('--role', default='main', choices=['main', 'plain', 'client'], help=argparse.SUPPRESS)
   parser.add_argument('--cluster_spec', default=None, help=argparse.SUPPRESS)
   return parser.parse_args(argv)
@@ -143,7 +145,7 @@ def _Client(args):
     with cluster.Use(mesh):
       layer = pipelining_layer.PipeliningLayer.Params().Set(
           name='net', layers=[l.Copy() for l in layers], num_splits=k, num_micro_batches=m,
-          remat=args.remat, schedule=name, virtual_stages=v).Instantiate()
+          remat=args.remat, schedule=name, virtual_stages=v, loop_phases=not args.unroll).Instantiate()
     key = RowKey(k, m, label, first[0])
     results[key] = _TimeSteps(layer, inputs, args.steps, mesh)
     print('  %-24s %.3f s/step' % (key, results[key]['step_s']), file=sys.stderr, flush=True)
@@ -152,7 +154,7 @@ def _Client(args):
       with cluster.Use(mesh):
         layer = pipelining_layer.PipeliningLayer.Params().Set(
             name='net', layers=[l.Copy() for l in layers], num_splits=1, num_micro_batches=m,
-            remat='never').Instantiate()
+            remat='never', loop_phases=not args.unroll).Instantiate()
       key = 'K=1,M=%d,never' % m
       results[key] = _TimeSteps(layer, inputs, args.steps, mesh)
       print('  %-24s %.3f s/step' % (key, results[key]['step_s']), file=sys.stderr, flush=True)
@@ -203,7 +205,7 @@ def MedianRows(rows):
 
 
 def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat='never',
-        workload_flags=('--workload=transformer',), schedule_name='gpipe', rounds=1):
+        workload_flags=('--workload=transformer',), schedule_name='gpipe', rounds=1, unroll=False):
   """Runs the comparison; prints the tables and returns the results."""
   from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
@@ -211,10 +213,11 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   if len(cores) < 2:
     raise SystemExit('The multi-process benchmark needs 2 cores; this process may use %d.' % len(cores))
   flags = ['--steps=%d' % steps, '--micro_batches=' + ','.join(map(str, micro_batches)), '--batch=%d' % batch,
-           '--remat=' + remat, '--schedule=' + schedule_name] + list(workload_flags)
+           '--remat=' + remat, '--schedule=' + schedule_name] + list(workload_flags) + (['--unroll'] if unroll else [])
   name = workloads.FromArgs(_Args(flags), batch).name
-  print('\n## %s, remat %s, schedule %s: K=2 over 2 worker processes (pinned to cores %d and %d, %d thread(s) '
-        'each) vs one pinned process' % (name, remat, schedule_name, cores[0], cores[1], worker_threads), flush=True)
+  print('\n## %s, remat %s, schedule %s%s: K=2 over 2 worker processes (pinned to cores %d and %d, %d thread(s) '
+        'each) vs one pinned process' % (name, remat, schedule_name, ', passes unrolled' if unroll else '', cores[0],
+                                         cores[1], worker_threads), flush=True)
   plains = [_RunChild('plain', flags, pin={cores[0]})['plain']]
   # The machine's own ceiling: two independent plain processes, one per core, against one alone (shared caches,
   # memory bandwidth and clock boost make it less than 2 on small VMs).
@@ -230,7 +233,8 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
       remotes.append(_RunChild('client', flags + ['--cluster_spec=' + workers.spec_text]))
   plain = dict(MedianRows([{'plain': p} for p in plains])['plain'], kernels=plains[0]['kernels'])
   remote_rows = MedianRows(remotes)
-  results = {'workload': name, 'batch': batch, 'remat': remat, 'schedule': schedule_name, 'plain': plain,
+  results = {'workload': name, 'batch': batch, 'remat': remat, 'schedule': schedule_name, 'unroll': unroll,
+             'plain': plain,
              'remote': remote_rows, 'kernels': plain['kernels'], 'rounds': [
                  {'plain': p, 'remote': r} for p, r in zip(plains, remotes)],
              'two_core_ceiling': ceiling, 'speedup': {}}
@@ -294,7 +298,7 @@ def main():
     batches = workloads.Batches(args) if args.batch or args.workload != 'transformer' else [64, 256]
     results = {'batch_%d' % batch: Run(args.steps, [int(m) for m in args.micro_batches.split(',')],
                                        args.worker_threads, batch, args.remat, workloads.SizeFlags(args),
-                                       args.schedule, args.rounds)
+                                       args.schedule, args.rounds, args.unroll)
                for batch in batches}
     with open(args.out, 'w') as f:
       json.dump(results, f, indent=2, sort_keys=True)
