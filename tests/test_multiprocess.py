@@ -7,6 +7,7 @@ reference runs are local, in this process, on the logical CPU devices of conftes
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -154,11 +155,23 @@ def test_worker_exits_cleanly_on_sigterm_and_rejects_bad_flags(tmp_path):
   process = w.StartWorker(0)
   assert w.StopWorker(0, signal.SIGTERM) == 0
   assert 'stopping' in w.Log(0)
+  assert w.Stop() == [0] and not os.path.exists(w.log_dir)  # A clean stop leaves no temporary logs behind.
   bad = subprocess.run(local_cluster.WorkerArgs(w.spec_text, 'worker', 3), capture_output=True, text=True,
                        timeout=120)
   assert bad.returncode == 1
   assert "lingpipe-worker: error: Task 3 does not exist: job 'worker' has 1 task(s)" in bad.stderr
   del process
+
+
+def test_a_worker_that_died_keeps_its_log_directory(capsys):
+  w = local_cluster.LocalCluster(1)
+  w.StartWorker(0).kill()
+  w.processes[0].wait()
+  assert w.Stop() == [-signal.SIGKILL]
+  assert os.path.exists(w.LogPath(0))
+  kept = 'worker(s) 0 exited with %d; their logs are kept in %s' % (-signal.SIGKILL, w.log_dir)
+  assert kept in capsys.readouterr().err
+  shutil.rmtree(w.log_dir)
 
 
 def test_a_connecting_process_asks_for_two_inter_op_threads_and_warns_once_too_late():

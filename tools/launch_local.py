@@ -7,7 +7,7 @@ r"""Runs lingpipe-train against N lingpipe-worker processes on this machine, in 
 Starts the workers on free loopback ports (each with --cpu_devices devices; --pin puts worker i on core
 i mod #cores), waits until each is ready, runs the trainer with --cluster_spec set to them and the flags after
 `--`, then stops the workers (SIGTERM). Exits with the trainer's status. Worker logs go to --log_dir (default: a
-temporary directory, printed).
+temporary directory, printed, and removed at the end unless a worker exited with an error).
 
 Nothing outlives the launcher: SIGTERM, SIGINT or SIGHUP to it stops the trainer (SIGTERM; checkpoints are atomic,
 so a rerun resumes from the last one) and then the workers, and it exits with 128 + the signal; if it is killed

@@ -8,6 +8,7 @@ Used by tools/launch_local.py (multi-process runs in one command), the multi-pro
 
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -74,7 +75,10 @@ def WorkerArgs(spec_text, job, task, cpu_devices=1, threads=0):
 
 class LocalCluster:
   """`num_workers` workers of job `job` on 127.0.0.1. pin_cores: a list of CPU core sets, one per worker (worker
-  i runs on pin_cores[i], like `taskset`), or None. threads: intra- and inter-op threads per worker (0: TF's)."""
+  i runs on pin_cores[i], like `taskset`), or None. threads: intra- and inter-op threads per worker (0: TF's).
+
+  Worker logs go to log_dir; without one, to a temporary directory that Stop() removes when every worker exited
+  cleanly (status 0) and keeps, saying where on stderr, when one did not, so a crash's log survives."""
 
   def __init__(self, num_workers, job='worker', cpu_devices=1, pin_cores=None, threads=0, log_dir=None,
                ready_timeout_s=60.0):
@@ -82,6 +86,7 @@ class LocalCluster:
       raise errors.ConfigError('num_workers must be >= 1, got %d.' % num_workers)
     self.num_workers, self.job, self.cpu_devices = num_workers, job, cpu_devices
     self.pin_cores, self.threads, self.ready_timeout_s = pin_cores, threads, ready_timeout_s
+    self.owns_log_dir = not log_dir
     self.log_dir = log_dir or tempfile.mkdtemp(prefix='lingpipe-workers-')
     os.makedirs(self.log_dir, exist_ok=True)
     self.spec = {job: ['127.0.0.1:%d' % port for port in FreePorts(num_workers)]}
@@ -136,8 +141,16 @@ class LocalCluster:
     return self
 
   def Stop(self):
-    for task in range(self.num_workers):
-      self.StopWorker(task)
+    """Stops every worker; returns their exit codes (None for one never started)."""
+    codes = [self.StopWorker(task) for task in range(self.num_workers)]
+    if self.owns_log_dir and os.path.isdir(self.log_dir):
+      failed = [task for task, code in enumerate(codes) if code not in (0, None)]
+      if failed:
+        print('LocalCluster: worker(s) %s exited with %s; their logs are kept in %s' % (
+            ', '.join(map(str, failed)), ', '.join(str(codes[t]) for t in failed), self.log_dir), file=sys.stderr)
+      else:
+        shutil.rmtree(self.log_dir, ignore_errors=True)
+    return codes
 
   def __enter__(self):
     return self.Start()
