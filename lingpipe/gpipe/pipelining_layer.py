@@ -104,7 +104,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('loop_phases', True, "Run the steady ticks of GPipe's passes as one tf.while_loop, so graph size "
              'and time to first step stay nearly flat in M (phase_loop.py); False unrolls them. Across processes '
              'a loop pays a round trip per iteration: unrolled, the conv stack at K=2, M=8, remat always on two '
-             'worker processes ran 1.08x faster, and its timeline records without stretching the step.')
+             'worker processes ran 1.08x faster.')
     p.Define('devices', None, 'Device names for the cells: a list of K, or a list of K per replica; None takes '
              'the current cluster\'s mesh (the trainer\'s; locally: GPUs, else logical CPU devices; see '
              'lingpipe.distributed.cluster).')
