@@ -144,16 +144,18 @@ def test_a_transformer_is_planned_with_what_its_layers_keep_inside(schedule, rem
     return tape.gradient(loss, pipe.trainable_variables)
 
   Step(x)
-  measured = memory_stats.PeakBytes(lambda: tf.nest.map_structure(lambda t: t.numpy(), Step(x)), 'CPU:0')
+  # The largest of eight steps' peaks: which of the ready ops the runtime runs first, which load changes, moved one
+  # step's peak well below the prediction (zero bubble: 1.6-2.4 MiB against 2.34 predicted; interleaved 1F1B: 0.85
+  # MiB against 1.11 once under the full suite), while the largest of several stayed within 0.9-1.1 of it.
+  measured = max(memory_stats.PeakBytes(lambda: tf.nest.map_structure(lambda t: t.numpy(), Step(x)), 'CPU:0')
+                 for _ in range(8))
   described = memory_plan.DescribeLayers(layers, {'x': [batch, length, 32], 'paddings': [batch, length]})
   counts = [4 // (2 * v)] * (2 * v)
   predicted = memory_plan.StepBytes(memory_plan.CellMemories(described, counts, 4, remat, schedule=schedule,
                                                              num_devices=2))
   # One allocator for both devices, whose peaks need not coincide: the sum of their predictions bounds the measured
-  # total from above. How far above depends on the order the runtime picks among ready ops, which load changes:
-  # zero bubble's re-computing B and deferred W measured 1.6-2.4 MiB here, against 2.34 predicted.
-  upper = 1.5 if schedule == 'zero_bubble' else 1.3
-  assert 0.8 <= predicted / measured <= upper, (predicted / 2**20, measured / 2**20)
+  # total from above.
+  assert 0.8 <= predicted / measured <= 1.3, (predicted / 2**20, measured / 2**20)
 
 
 def test_the_tool_recommends_a_configuration_and_explains_a_miss(capsys):
