@@ -106,8 +106,6 @@ def Run(args):
 def _Measure(args, mesh):
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import phase_loop  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import plan as plan_lib  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import schedule as schedule_lib  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import timeline  # pylint: disable=g-import-not-at-top
   k, m = args.num_splits, args.num_micro_batches
@@ -138,9 +136,6 @@ def _Measure(args, mesh):
   idle = {timeline.ShortDevice(d): statistics.median(i[d] for i in idle) for d in idle[0]}
   plans = recorder.Plans()
   explained = timeline.PlanWithMeasuredTimes(runs, events, plans)['net']
-  # As PipeliningLayer asks: the passes of a plan with separate FORWARD and BACKWARD phases may loop.
-  passes = {phase.name for phase in plans['net'].phases} & {plan_lib.FORWARD, plan_lib.BACKWARD}
-  looped = any(phase_loop.Loops(plans['net'], name, not args.unroll) for name in passes)
   schedule = args.schedule + ('_v%d' % args.virtual_stages if args.virtual_stages > 1 else '')
   name = '%s_K%d_M%d_%s%s%s%s' % (args.workload, k, m, args.remat, '' if schedule == 'gpipe' else '_' + schedule,
                                   '_workers%d' % args.workers if args.workers else '',
@@ -153,7 +148,7 @@ def _Measure(args, mesh):
       workload.name, k, m, args.remat, schedule, where))
   timeline.WriteChromeTrace(events, trace)
   result = dict(name=name, png=png, trace=trace, workload=workload.name, num_splits=k, num_micro_batches=m,
-                remat=args.remat, schedule=schedule, workers=args.workers, unroll=args.unroll, looped=looped,
+                remat=args.remat, schedule=schedule, workers=args.workers, unroll=args.unroll,
                 measured_bubble=statistics.median(bubbles), measured_bubbles=bubbles, idle_by_device=idle,
                 theoretical_bubble=schedule_lib.Bubble(plans['net']),
                 action_ms={'%s %d' % key: 1e3 * t for key, t in sorted(explained.times.items())},
