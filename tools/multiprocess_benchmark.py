@@ -6,17 +6,18 @@ process running the whole model: measured speed-up beside the ideal K*M/(M+K-1) 
 
 The model is Table 1's Transformer T(8, 512, 4), model depth 128, at batch 64 and 256 sequences of 32 tokens
 (--batch), remat never (--remat); --workload=dense|conv and the size flags choose another (tools/workloads.py).
-Roles, each its own process: `plain` (the whole model, pinned to core 0, intra_op = inter_op = 1), also run twice
-at once on the two cores (the machine's own two-core ceiling); two lingpipe-workers (core 0 and core 1, one thread
-each); `client`, a trainer-like process that connects to them with
-lingpipe's remote.Connect and times a training step (forward, backward, gradients left on the workers) of a
-PipeliningLayer with K=2 and with K=1 (on one worker) for each M. The last columns compare K=2 with K=1 at the
-same M, i.e. with the cost of small micro-batches on a CPU taken out; the last table factors the speed-up over
-the plain model into the one-cell pipeline's cost, the micro-batch efficiency and the schedule's gain
-(workloads.Decomposition). Everything is timed in one run, side by side, so the ratios are comparable on a noisy
-machine; --rounds=N repeats the plain process and the client in turn N times against the same workers, so a slow
-minute of the machine weighs on both: each step time is then the median over the rounds, and the speed-up table
-also gives the lowest and highest round's.
+Roles, each its own process: `plain` (the whole model, pinned to core 0, intra_op = inter_op = 1), also run twice at
+once on the two cores (the machine's own two-core ceiling); two lingpipe-workers (core 0 and core 1, one thread
+each); `client`, a trainer-like process that connects to them with lingpipe's remote.Connect and times a training
+step (forward, backward, gradients left on the workers) of a PipeliningLayer with K=2 and with K=1 (on one worker)
+for each M. The last columns compare K=2 with K=1 at the same M, i.e. with the cost of small micro-batches on a CPU
+taken out; the last table factors the speed-up over the plain model into the one-cell pipeline's cost, the
+micro-batch efficiency and the schedule's gain (workloads.Decomposition), and the last lines what one hand-off of a
+micro-batch's activations between the workers costs their cores in CPU time (tools/handoff_cost.py, measured by the
+first round's client), beside the compute of a micro-batch on one cell. Everything is timed in one run, side by
+side, so the ratios are comparable on a noisy machine; --rounds=N repeats the plain process and the client in turn N
+times against the same workers, so a slow minute of the machine weighs on both: each step time is then the median
+over the rounds, and the speed-up table also gives the lowest and highest round's.
 """
 
 import argparse
@@ -30,7 +31,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import handoff_cost  # pylint: disable=g-import-not-at-top,wrong-import-position
 import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+HANDOFF = 'handoff'  # The client's key for _HandOffs's result (not a step time).
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 
@@ -52,6 +56,7 @@ def _Args(argv=None):
                       'across processes each loop iteration costs a round trip.')
   parser.add_argument('--role', default='main', choices=['main', 'plain', 'client'], help=argparse.SUPPRESS)
   parser.add_argument('--cluster_spec', default=None, help=argparse.SUPPRESS)
+  parser.add_argument('--worker_pids', default='', help=argparse.SUPPRESS)
   return parser.parse_args(argv)
 
 
@@ -149,6 +154,8 @@ def _Client(args):
     key = RowKey(k, m, label, first[0])
     results[key] = _TimeSteps(layer, inputs, args.steps, mesh)
     print('  %-24s %.3f s/step' % (key, results[key]['step_s']), file=sys.stderr, flush=True)
+  if args.worker_pids:  # What a hand-off at the cut costs the workers' cores (handoff_cost.py), per M.
+    results[HANDOFF] = _HandOffs(args, mesh, layers, inputs, micro)
   if args.remat != 'never':  # The cost of re-materialization on one device, at each M (RematTarget).
     for m in micro:
       with cluster.Use(mesh):
@@ -159,6 +166,38 @@ def _Client(args):
       results[key] = _TimeSteps(layer, inputs, args.steps, mesh)
       print('  %-24s %.3f s/step' % (key, results[key]['step_s']), file=sys.stderr, flush=True)
   return results
+
+
+def _HandOffs(args, mesh, layers, inputs, micro_batches):
+  """{M: handoff_cost row + 'bytes'}: one copy of a micro-batch's activations at the cut between the two cells."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+  shapes = tf.nest.map_structure(lambda t: t.shape.as_list(), inputs)
+  sizes = {}
+  for m in micro_batches:
+    with cluster.Use(mesh):
+      cut = pipelining_layer.PipeliningLayer.Params().Set(
+          name='cut', layers=[l.Copy() for l in layers], num_splits=2, num_micro_batches=m,
+          input_shapes=dict(shapes) if isinstance(shapes, dict) else shapes).Instantiate()
+    sizes[m] = cut.CellSummaries()[0].boundary_bytes // m
+  devices = [mesh.Device(k, num_splits=2) for k in range(2)]
+  pids = [int(pid) for pid in args.worker_pids.split(',')]
+  measured = handoff_cost.Measure(devices, pids, sorted(set(sizes.values())))
+  return {m: dict(measured[size], bytes=size) for m, size in sizes.items()}
+
+
+def PrintHandOffs(handoffs, rows, micro_batches):
+  """Prints, per M, a hand-off's CPU cost at the cut beside the compute a micro-batch costs one cell (K=1 at M's
+  step time over 2M): each worker sends one hand-off and receives one per micro-batch (forward or backward)."""
+  print('hand-offs at the cut (tools/handoff_cost.py; a worker sends one and receives one per micro-batch):')
+  for m in micro_batches:
+    row = handoffs[m]
+    compute_ms = rows['K=1,M=%d' % m]['step_s'] / (2 * m) * 1e3
+    both = row['sender_ms'] + row['receiver_ms']
+    row.update(compute_ms=compute_ms, share=both / compute_ms)
+    print('  M=%-3d %s; sender + receiver %.2f ms = %.1f%% of a micro-batch\'s %.1f ms on one cell' % (
+        m, handoff_cost.Describe(row['bytes'], row).strip(), both, 100 * row['share'], compute_ms), flush=True)
 
 
 def RematTarget(plain_s, rows, remat, micro_batches, fraction=0.87):
@@ -230,7 +269,9 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
     for r in range(rounds):
       if r:
         plains.append(_RunChild('plain', flags, pin={cores[0]})['plain'])
-      remotes.append(_RunChild('client', flags + ['--cluster_spec=' + workers.spec_text]))
+      pids = [] if r else ['--worker_pids=' + ','.join(str(p.pid) for p in workers.processes)]
+      remotes.append(_RunChild('client', flags + ['--cluster_spec=' + workers.spec_text] + pids))
+  handoffs = {int(m): row for m, row in remotes[0].pop(HANDOFF).items()}  # The first round's (JSON keys: text).
   plain = dict(MedianRows([{'plain': p} for p in plains])['plain'], kernels=plains[0]['kernels'])
   remote_rows = MedianRows(remotes)
   results = {'workload': name, 'batch': batch, 'remat': remat, 'schedule': schedule_name, 'unroll': unroll,
@@ -285,6 +326,8 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   print('where the time goes (vs plain: the pinned plain process; the other step times on the workers):')
   results['decomposition'] = workloads.Decomposition(
       plain['step_s'], {key: row['step_s'] for key, row in remote_rows.items()}, 2, micro_batches)
+  PrintHandOffs(handoffs, remote_rows, micro_batches)
+  results[HANDOFF] = handoffs
   return results
 
 
