@@ -36,8 +36,8 @@ def ProcessCpuSeconds(pid):
 def Measure(devices, pids, sizes, steps=20):
   """{size in bytes: dict(sender_ms, receiver_ms, wall_ms)} for each of `sizes`: what one copy of a float32
   tensor of that size from devices[0] (process pids[0]) to devices[1] (process pids[1]) costs each process in CPU
-  time, and the wall time, beyond the same work with both ops on devices[0]. Medians are not needed: each figure
-  is a total over steps x COPIES copies."""
+  time, and the wall time, beyond the same work with both ops on devices[0]. Each figure is a total over steps x
+  COPIES copies, divided by their number."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   results = {}
   for size in sizes:
@@ -74,6 +74,22 @@ def Describe(size, row):
       size / 2**20, row['sender_ms'], row['receiver_ms'], row['wall_ms'])
 
 
+def _Sizes(parser, text):
+  """Bytes of each size in `text` (MiB, comma-separated); a usage error names a size that is not a positive number."""
+  sizes = []
+  for item in [t.strip() for t in text.split(',') if t.strip()]:
+    try:
+      mib = float(item)
+    except ValueError:
+      mib = 0.0
+    if not 0 < mib < float('inf'):
+      parser.error('--mib=%s: %r is not a positive, finite number of MiB (e.g. --mib=0.5,1,2).' % (text, item))
+    sizes.append(mib * 2**20)
+  if not sizes:
+    parser.error('--mib=%s names no size (e.g. --mib=0.5,1,2).' % text)
+  return sizes
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--mib', default='0.5,1,2,8', help='Tensor sizes in MiB, comma-separated.')
@@ -87,7 +103,7 @@ def main():
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
-  sizes = [float(mib) * 2**20 for mib in args.mib.split(',') if mib.strip()]
+  sizes = _Sizes(parser, args.mib)
   with local_cluster.LocalCluster(2, pin_cores=[{cores[0]}, {cores[1]}], threads=1) as workers:
     mesh = remote.Connect(remote.ParseClusterSpec(workers.spec_text), cluster.Params(), 2)
     devices = [mesh.Device(k, num_splits=2) for k in range(2)]

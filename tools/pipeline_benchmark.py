@@ -26,7 +26,7 @@ Tables:
   4. peak memory (get_memory_info) and step time per remat policy, with the analytic bound for remat=always and
      the memory planner's prediction; and (section schedules) per schedule x remat, against gpipe, for the dense
      stack at batch 2048 and Table 1's Transformer (or --workload), K=2, M=8;
-  5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32;
+  5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32, per remat policy;
   6. the machine's own ceiling: two independent copies of the plain model on two devices in one step against
      one copy, i.e. the best any 2-way split can do here (shared caches, memory bandwidth, clock boost);
   7. the CIFAR-10 default model, AmoebaNet-D(6, 32) at batch 64: plain, and K=2 with M=8 (images/s);
@@ -85,6 +85,7 @@ from lingpipe.core import context  # pylint: disable=g-import-not-at-top
 from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
 from lingpipe.gpipe import partition  # pylint: disable=g-import-not-at-top
 from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+from lingpipe.gpipe import remat as remat_lib  # pylint: disable=g-import-not-at-top
 from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
 from lingpipe.layers import linear  # pylint: disable=g-import-not-at-top
 from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
@@ -399,14 +400,17 @@ def Ceiling(model):
   return scaling
 
 
-def TimeToFirstStep(ms):
+def TimeToFirstStep(ms, remats=remat_lib.POLICIES):
+  """{remat: {M: seconds}}: trace + first run of a 12-layer Transformer at K=4. 'never' keeps each forward's
+  activations on a tape, which cannot outlive a loop iteration, so its passes run unrolled and grow with M."""
   print('\n## Time to first step (trace + first run), 12-layer Transformer, K=4')
+  print('%-13s' % 'remat' + ''.join('%10s' % ('M=%d' % m) for m in ms))
   out = {}
-  for m in ms:
-    model = TransformerStack(num_layers=12, batch=64)
-    r = Measure(model, 4, m, 'always', steps=1)
-    out[m] = r['first_step_s']
-    print('M=%-3d %.2f s' % (m, out[m]), flush=True)
+  for remat in remats:
+    for m in ms:
+      model = TransformerStack(num_layers=12, batch=64)
+      out.setdefault(remat, {})[m] = Measure(model, 4, m, remat, steps=1)['first_step_s']
+    print('%-13s' % remat + ''.join('%9.2fs' % out[remat][m] for m in ms), flush=True)
   return out
 
 
