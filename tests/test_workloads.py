@@ -40,3 +40,12 @@ def test_batch_lists_and_the_decomposition_multiplies_out():
   assert row['speedup'] == pytest.approx(1.0 / 0.8)
   assert row['overhead'] * row['micro_batch_efficiency'] * row['schedule'] == pytest.approx(row['speedup'])
   assert row['ideal'] == pytest.approx(1.6) and row['schedule_ratio'] == pytest.approx(1.3 / 0.8 / 1.6)
+
+
+def test_the_multiprocess_benchmark_says_when_the_machine_was_busy():
+  import multiprocess_benchmark  # pylint: disable=g-import-not-at-top
+  assert multiprocess_benchmark.NoiseWarnings(1.97, {4: [1.50, 1.55], 8: [1.60, 1.62]}) == []
+  ceiling, spread = multiprocess_benchmark.NoiseWarnings(2.50, {4: [1.50, 1.55], 8: [1.29, 2.18]})
+  assert '2.50x' in ceiling and '--rounds' in ceiling
+  assert 'M=8' in spread and '1.29-2.18' in spread
+  assert multiprocess_benchmark.NoiseWarnings(1.9, {8: [2.0]}) == []  # One round has no spread.

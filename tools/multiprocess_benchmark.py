@@ -17,7 +17,8 @@ micro-batch's activations between the workers costs their cores in CPU time (too
 first round's client), beside the compute of a micro-batch on one cell. Everything is timed in one run, side by
 side, so the ratios are comparable on a noisy machine; --rounds=N repeats the plain process and the client in turn N
 times against the same workers, so a slow minute of the machine weighs on both: each step time is then the median
-over the rounds, and the speed-up table also gives the lowest and highest round's.
+over the rounds, and the speed-up table also gives the lowest and highest round's. The run ends with a warning
+where its own figures show the machine was busy (NoiseWarnings).
 """
 
 import argparse
@@ -200,6 +201,21 @@ def PrintHandOffs(handoffs, rows, micro_batches):
         m, handoff_cost.Describe(row['bytes'], row).strip(), both, 100 * row['share'], compute_ms), flush=True)
 
 
+def NoiseWarnings(ceiling, per_round, spread=1.15):
+  """What says the machine was busy with something else during a run: the two-core ceiling above 2 (two processes
+  cannot do more than twice one's work, so the lone plain process ran in a slow moment), or rounds whose speed-ups
+  (per_round: {M: [speed-up per round]}) differ by more than `spread` x."""
+  warnings = []
+  if ceiling > 2.05:
+    warnings.append('the two-core ceiling read %.2fx, more than two processes can give: the lone plain process ran '
+                    'in a slow moment, and the speed-ups against it are off; run again, or with --rounds=3' % ceiling)
+  for m, rounds in sorted(per_round.items()):
+    if len(rounds) > 1 and max(rounds) > spread * min(rounds):
+      warnings.append('at M=%d the rounds\' speed-ups ran %.2f-%.2f: the machine was busy in some of them; the '
+                      'medians are only as good as the quiet rounds' % (m, min(rounds), max(rounds)))
+  return warnings
+
+
 def RematTarget(plain_s, rows, remat, micro_batches, fraction=0.87):
   """Issue 15's target for a re-materializing pipeline: speed-up over the plain model >= `fraction` x ideal /
   the remat cost, the cost being K=1's step with `remat` over K=1's without at the same M on one worker (so the
@@ -328,6 +344,9 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
       plain['step_s'], {key: row['step_s'] for key, row in remote_rows.items()}, 2, micro_batches)
   PrintHandOffs(handoffs, remote_rows, micro_batches)
   results[HANDOFF] = handoffs
+  results['warnings'] = NoiseWarnings(ceiling, {m: row['per_round'] for m, row in results['speedup'].items()})
+  for warning in results['warnings']:
+    print('WARNING: ' + warning, flush=True)
   return results
 
 
