@@ -37,6 +37,7 @@ from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
+from lingpipe.gpipe import cell_gradient
 from lingpipe.gpipe import cell_params
 from lingpipe.gpipe import executor
 from lingpipe.gpipe import loss_step
@@ -326,10 +327,12 @@ class PipeliningLayer(base_layer.BaseLayer):
     wanted = None if wanted is None else tuple(wanted)
     key = ('backward', k, r, padding, stamped, wanted, _SeedGraph())
     if key not in self._cell_fns:
-      # Re-computation must not move batch-norm averages again: its moments are discarded.
-      fn = lambda a, index, params: self._Body(k, r, True, a, index, params, context.BatchNormStats(discard=True),
-                                               padding)
-      self._cell_fns[key] = remat.AccumulatingBackward(fn, self._mesh[r][k], stamped, wanted)
+      # Re-computed through the forward's own function and the gradient TensorFlow built for it (a taped forward
+      # needs it too), so each cell's gradient is built once. Its batch-norm moments are discarded: the forward
+      # already collected them.
+      gradient = cell_gradient.CellGradient(self._CellFn(k, r, True, padding, False, wanted))
+      backward = lambda a, dy, index, params: gradient.Backward(a, index, params, dy, wanted)
+      self._cell_fns[key] = remat.AccumulatingBackward(backward, self._mesh[r][k], stamped)
     return self._cell_fns[key]
 
   def NumMicroBatches(self, inputs):

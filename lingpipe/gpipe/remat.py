@@ -8,8 +8,9 @@ gradients late, so all recomputed activations are alive at once. Two control dep
   2. the gradient sent to the previous segment waits for this segment's weight gradients, so this segment's
      recomputed activations are freed before the previous segment starts re-computing.
 
-`Backward` is the per-(cell, micro-batch) backward used by the pipeline; `Recompute(fn)` wraps any function of
-tensors with the same backward, for re-materialization outside a pipeline.
+`Backward` is the taped per-(cell, micro-batch) backward of the pipeline (its re-computing one,
+`AccumulatingBackward`, re-computes through cell_gradient.py with the same two dependencies); `Recompute(fn)` wraps
+any function of tensors with it, for re-materialization outside a pipeline.
 """
 
 import tensorflow as tf
@@ -104,23 +105,23 @@ def TapedBackward(params, inputs, upstream, tape, outputs, wanted=None):
   return Backward(None, params, inputs, upstream, tape=tape, outputs=outputs, wanted=wanted)
 
 
-def AccumulatingBackward(fn, device, stamped=False, wanted=None):
+def AccumulatingBackward(backward, device, stamped=False):
   """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
 
   Step(inputs, output_grads, micro_batch_index, params, accumulated) -> (input grads, accumulated + param grads)
-  (accumulated: the sum of the cell's earlier backwards; its first runs inline, executor._EarlyRecompute),
-  where fn(inputs, micro_batch_index, params) is the cell's forward and `params` its parameter values (a list of
-  tensors, cell_params.py). Because the call is not inlined it starts only when all its arguments exist, so
-  threading `accumulated` through the calls of one cell runs them one at a time, in schedule order: at most one
-  micro-batch's recomputed activations per device are alive, and the partial gradients are summed as they come
-  (graph rewriting cannot turn the sum into one AddN that keeps all of them alive). With `stamped`, Step also
-  returns its start and end times (timeline.Stamped). `wanted`: which input gradients to compute (Backward).
+  (accumulated: the sum of the cell's earlier backwards; its first runs inline, executor._EarlyRecompute), where
+  backward(inputs, output_grads, micro_batch_index, params) -> (input grads, param grads) re-computes the cell
+  (cell_gradient.CellGradient.Backward) and `params` are its parameter values (a list of tensors, cell_params.py).
+  Because the call is not inlined it starts only when all its arguments exist, so threading `accumulated` through
+  the calls of one cell runs them one at a time, in schedule order: at most one micro-batch's recomputed
+  activations per device are alive, and the partial gradients are summed as they come (graph rewriting cannot turn
+  the sum into one AddN that keeps all of them alive). With `stamped`, Step also returns its start and end times
+  (timeline.Stamped).
   """
 
   def Step(inputs, output_grads, micro_batch_index, params, accumulated):
     def Body():
-      input_grads, param_grads = Backward(lambda a: fn(a, micro_batch_index, params), params, inputs, output_grads,
-                                          wanted=wanted)
+      input_grads, param_grads = backward(inputs, output_grads, micro_batch_index, params)
       return input_grads, [a + g for a, g in zip(accumulated, param_grads)]
 
     with tf.device(device):

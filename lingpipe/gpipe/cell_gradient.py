@@ -1,0 +1,119 @@
+"""A cell's gradient, built once: the re-computing backward reuses the gradient TensorFlow builds for the cell's
+traced function, which a taped forward needs anyway.
+
+For the gradient of a function call TensorFlow builds, once per traced function, a pair: a forward that also
+returns every tensor of the function its gradient reads, and a backward function that takes them. A backward that
+uses kept activations (a forward on a tape) gets that pair through the tape. The re-computing backward
+(remat.AccumulatingBackward) used to trace the cell's layers again and differentiate them op by op, so under remat
+'always', whose last micro-batch is taped (schedule.KeepWhereBackwardFollows), each cell's gradient was built twice
+(12-layer Transformer, K=4, M=4, under cProfile: the four re-computing backwards traced in 2.4-2.6 s, now 1.2 s).
+
+`CellGradient.Backward` copies the pair's forward and backward ops into the caller's graph (the re-computing
+backward's function, traced once per cell). Calling them would cost memory and time: they are never inlined when
+the cell's function is not (one call per micro-batch keeps the graph flat in M), a call that is not inlined keeps
+all its inputs, here every re-computed activation, alive until it ends (peak +20-25% under remat 'always':
+Transformer, K=2, M=4, 50 -> 61 MiB), and each re-computing backward function instantiated them again. Copied,
+each activation is freed once its gradient is done, as before.
+
+The pair comes from `ConcreteFunction._delayed_rewrite_functions`, which is not public API:
+tests/test_cell_gradient.py fails at once if a TensorFlow upgrade moves it.
+"""
+
+from typing import Any, List, NamedTuple
+
+import tensorflow as tf
+from tensorflow.python.eager import backprop_util  # pylint: disable=g-direct-tensorflow-import
+
+from lingpipe.gpipe import remat
+
+
+class _Pair(NamedTuple):
+  """TensorFlow's forward/backward pair for one traced cell function, as graphs to copy."""
+  concrete: Any  # the cell's ConcreteFunction; its FuncGraph is the forward: the call's outputs, then the saved tensors
+  forward_graph_def: Any  # that graph as a GraphDef
+  num_outputs: int  # how many of the forward's outputs are the call's own
+  backward_graph: Any  # the backward's FuncGraph: inputs are one gradient per trainable output, then captures
+  backward_graph_def: Any  # the same as a GraphDef
+  backward_captures: List  # what the backward captured: forward graph tensors (saved by the forward) or outer ones
+
+
+class CellGradient:
+  """fn(inputs, micro_batch_index, params) -> (outputs, ...) (a cell's tf.function), re-computed and differentiated
+  through the forward/backward pair TensorFlow builds for its gradient."""
+
+  def __init__(self, fn):
+    self._fn = fn
+    self._pairs = {}
+
+  def Pair(self, args):
+    """The _Pair of fn's trace for args = (inputs, micro_batch_index, params), built on first use."""
+    concrete = self._fn.get_concrete_function(*args)
+    if concrete.name not in self._pairs:
+      rewrite = concrete._delayed_rewrite_functions  # pylint: disable=protected-access
+      # The call's own outputs (forward_backward appends the saved tensors to the graph's outputs). A tape asks for
+      # the pair with one gradient per output of the call: this is the pair a taped forward of fn uses.
+      num_outputs = rewrite._num_inference_outputs  # pylint: disable=protected-access
+      _, backward = rewrite.forward_backward(num_outputs)
+      self._pairs[concrete.name] = _Pair(concrete, _WithoutColocation(concrete.graph.as_graph_def()), num_outputs,
+                                         backward.graph, _WithoutColocation(backward.graph.as_graph_def()),
+                                         list(backward.captured_inputs))
+    return self._pairs[concrete.name]
+
+  def Backward(self, inputs, micro_batch_index, params, upstream, wanted=None):
+    """(input grads, param grads) of fn's first output for `upstream`, re-computing fn once `upstream` exists, as
+    remat.Backward: input grads follow tf.nest.flatten(inputs), None for leaves not `wanted` (remat.WantsGrad);
+    param grads follow `params`, zeros for unused ones; the input grads wait for the param grads."""
+    with tf.control_dependencies([g for g in tf.nest.flatten(upstream) if g is not None]):
+      inputs = tf.nest.map_structure(tf.identity, inputs)  # Re-compute only once the gradient has arrived.
+    args = (inputs, micro_batch_index, params)
+    pair = self.Pair(args)
+    flat = _Copy(pair.concrete.graph, pair.forward_graph_def,
+                 tf.nest.flatten(args) + list(pair.concrete.captured_inputs), 'cell_forward')
+    saved = dict(zip([t.ref() for t in pair.concrete.graph.outputs[pair.num_outputs:]], flat[pair.num_outputs:]))
+    captures = [saved.get(c.ref(), c) for c in pair.backward_captures]
+    # One gradient per trainable output of the call, in order: `upstream` for fn's first output, zeros for the rest
+    # (batch-norm moments, timestamps).
+    grads = list(tf.nest.flatten(upstream)) + [None] * pair.num_outputs
+    doutputs = []
+    for out, grad in zip(pair.concrete.graph.outputs[:pair.num_outputs], grads):
+      if backprop_util.IsTrainable(out):
+        doutputs.append(tf.zeros_like(out) if grad is None else tf.cast(grad, out.dtype))
+    grads = _Unflatten(pair.backward_graph.structured_outputs,
+                       _Copy(pair.backward_graph, pair.backward_graph_def, doutputs + captures, 'cell_backward'))
+    flat_inputs = tf.nest.flatten(inputs)
+    first_param = len(flat_inputs) + len(tf.nest.flatten(micro_batch_index))
+    param_grads = [tf.convert_to_tensor(g) for g in remat.GradsOrZeros(grads[first_param:first_param + len(params)],
+                                                                        params)]
+    with tf.control_dependencies(param_grads):  # The previous cell re-computes once this one's weights are done.
+      input_grads = [tf.identity(tf.zeros_like(x) if g is None else g) if w else None
+                     for x, g, w in zip(flat_inputs, grads, remat.WantsGrad(flat_inputs, wanted))]
+    return input_grads, param_grads
+
+
+def _Copy(graph, graph_def, inputs, name):
+  """graph's outputs, computed from `inputs` (one per graph input) by a copy of its ops in the current graph.
+  Outside the caller's control dependencies: the importer compares them with `in`, which fails for a tensor. The
+  copied ops need none: what they compute waits for `inputs` (the re-computation's are gated on the gradient)."""
+  with tf.control_dependencies(None):
+    # The importer takes tensors of the current graph only; a call would capture the others (an outer graph's step
+    # seed, a closed-over constant), and so does this.
+    current = tf.compat.v1.get_default_graph()
+    inputs = [x if getattr(x, 'graph', None) is current else current.capture(x) for x in inputs]
+    return tf.graph_util.import_graph_def(graph_def, input_map=dict(zip([t.name for t in graph.inputs], inputs)),
+                                          return_elements=[t.name for t in graph.outputs], name=name)
+
+
+def _WithoutColocation(graph_def):
+  """graph_def without colocation constraints: gradient ops ask to sit with the forward ops they differentiate
+  (e.g. a gather's gradient with its parameters), which are not in the copy; it runs on the caller's device."""
+  for node in graph_def.node:
+    if '_class' in node.attr:
+      del node.attr['_class']
+  return graph_def
+
+
+def _Unflatten(structure, flat):
+  """Per input of the forward, its gradient (None where it has none), from the backward's flat output tensors."""
+  flat = iter(flat)
+  return [None if s is None else tf.nest.pack_sequence_as(
+      s, [next(flat) for _ in tf.nest.flatten(s, expand_composites=True)], expand_composites=True) for s in structure]
