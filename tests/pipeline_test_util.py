@@ -61,6 +61,19 @@ def Pair(layers, dtype=tf.float32, **pipeline_kwargs):
   return plain, pipe
 
 
+def StepGraph(pipe, x):
+  """The GraphDef of a traced training step (loss, then gradients of every variable) of `pipe` on `x`."""
+
+  @tf.function(autograph=False)
+  def Step(x):
+    with tf.GradientTape() as tape:
+      with context.Training(True):
+        loss = tf.reduce_sum(pipe.FProp(x))
+    return tape.gradient(loss, pipe.trainable_variables)
+
+  return Step.get_concrete_function(x).graph.as_graph_def()
+
+
 def LossAndGrads(layer, inputs, seed=0, step=0):
   """tf.function: (loss, grads of variables, grads of float inputs) of a fixed random projection of the output."""
 

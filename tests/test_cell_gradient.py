@@ -6,7 +6,6 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 
-from lingpipe.core import context
 from lingpipe.gpipe import cell_gradient
 import pipeline_test_util as util
 
@@ -94,15 +93,7 @@ def test_the_recomputing_backward_copies_the_cells_ops_instead_of_calling_them()
   is instantiated again inside each re-computing backward function. Both are copied into it: it calls nothing."""
   _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4, remat='always')
   x = tf.constant(np.random.RandomState(3).normal(size=(8, 8)), tf.float32)
-
-  @tf.function(autograph=False)
-  def Step(x):
-    with tf.GradientTape() as tape:
-      with context.Training(True):
-        loss = tf.reduce_sum(pipe.FProp(x))
-    return tape.gradient(loss, pipe.trainable_variables)
-
-  library = Step.get_concrete_function(x).graph.as_graph_def().library.function
+  library = util.StepGraph(pipe, x).library.function
   steps = [f for f in library if '_Step_' in f.signature.name]
   assert len(steps) == 2, [f.signature.name for f in library]
   for f in steps:

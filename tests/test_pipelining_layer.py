@@ -39,7 +39,7 @@ def test_without_loops_the_passes_unroll_with_the_same_gradients():
   counts = {}
   for m in (4, 8):
     _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m, loop_phases=False)
-    counts[m] = _CellCalls(_StepGraph(pipe, _Input(batch=32)))
+    counts[m] = _CellCalls(util.StepGraph(pipe, _Input(batch=32)))
   # Every (micro-batch, cell) task of both passes is its own call, 2 x M x K; looped, 16 whatever M (below).
   assert counts == {4: 16, 8: 32}
   x = _Input(batch=16)
@@ -187,23 +187,10 @@ def test_assert_close_compares_structures_not_just_common_prefixes():
       util.AssertClose([1.0, [2.0, 3.0]], shorter_or_other)
 
 
-def _StepGraph(pipe, x):
-  """The GraphDef of a traced training step (loss, then gradients of every variable) of `pipe` on `x`."""
-
-  @tf.function(autograph=False)
-  def Step(x):
-    with tf.GradientTape() as tape:
-      with context.Training(True):
-        loss = tf.reduce_sum(pipe.FProp(x))
-    return tape.gradient(loss, pipe.trainable_variables)
-
-  return Step.get_concrete_function(x).graph.as_graph_def()
-
-
 def test_cell_variables_and_gradients_live_on_their_devices():
   _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=2)
   assert [v.device.endswith('CPU:%d' % (i // 4)) for i, v in enumerate(pipe.trainable_variables)] == [True] * 8
-  graph_def = _StepGraph(pipe, _Input())
+  graph_def = util.StepGraph(pipe, _Input())
   devices = {}
   for function in graph_def.library.function:
     matmul_devices = {n.device for n in function.node_def if n.op == 'MatMul'}
@@ -317,7 +304,7 @@ def test_steady_ticks_run_as_a_loop_so_the_graph_does_not_grow_with_m(policy, ca
   counts = {}
   for m in (8, 32):
     _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m, remat=policy)
-    counts[m] = _CellCalls(_StepGraph(pipe, _Input(batch=32)))
+    counts[m] = _CellCalls(util.StepGraph(pipe, _Input(batch=32)))
   # Per pass: K(K+1)/2 fill tasks + K in the loop body + K(K-1)/2 drain tasks = K(K+1) = 6 for K=2; the taped
   # last micro-batch's ticks run unrolled, 2 more calls per pass (phase_loop.SteadyTicks). In GPipe 'always' keeps
   # that micro-batch's activations too: its backward comes next on its device (schedule.KeepWhereBackwardFollows).
@@ -328,4 +315,4 @@ def test_steady_ticks_run_as_a_loop_so_the_graph_does_not_grow_with_m(policy, ca
 def test_one_cell_and_one_micro_batch_run_the_plain_model_under_any_policy(policy):
   _, pipe = util.Pair(util.Tanh(4), num_splits=1, num_micro_batches=1, remat=policy)
   # Re-computing the only task would hold the same activations at the same moment, only later.
-  assert _CellCalls(_StepGraph(pipe, _Input())) == 0
+  assert _CellCalls(util.StepGraph(pipe, _Input())) == 0

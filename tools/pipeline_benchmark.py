@@ -174,14 +174,19 @@ def PeakMiB(step, inputs):
 
 
 def Measure(model, k=None, m=1, remat='never', steps=None):
-  """{'step_s', 'first_step_s', 'examples_per_s'} of one configuration."""
+  """{'step_s', 'first_step_s', 'trace_s', 'first_run_s', 'examples_per_s'} of one configuration. The first step
+  is tracing (the step function's get_concrete_function: the cells, their gradients, the loops) + its first run
+  (graph optimization, lowering the loops, instantiating each cell's functions on its device, one step)."""
   steps = steps or ARGS.steps
   step = StepFunction(Build(model, k, m, remat))
+  start = time.perf_counter()
+  step.get_concrete_function(model.inputs)
+  trace = time.perf_counter() - start
   first = TimedStep(step, model.inputs)
   step(model.inputs)  # Warm-up.
   times = [TimedStep(step, model.inputs) for _ in range(steps)]
   batch = tf.nest.flatten(model.inputs)[0].shape[0]
-  result = dict(step_s=statistics.median(times), first_step_s=first)
+  result = dict(step_s=statistics.median(times), first_step_s=trace + first, trace_s=trace, first_run_s=first)
   result['examples_per_s'] = batch / result['step_s']
   return result
 
@@ -400,29 +405,18 @@ def Ceiling(model):
   return scaling
 
 
-def FirstStepParts(model, k, m, remat):
-  """Where a configuration's first step goes: {'trace_s': Python tracing of the step function (cells, their
-  gradients, the loops), 'first_run_s': its first call (graph optimization, lowering the loops, instantiating each
-  cell's functions on its device, and one step's work), 'step_s': a later step, 'total_s': trace + first run}."""
-  step = StepFunction(Build(model, k, m, remat))
-  start = time.perf_counter()
-  step.get_concrete_function(model.inputs)
-  trace = time.perf_counter() - start
-  first = TimedStep(step, model.inputs)
-  step(model.inputs)  # Warm-up.
-  later = statistics.median(TimedStep(step, model.inputs) for _ in range(2))
-  return dict(trace_s=trace, first_run_s=first, step_s=later, total_s=trace + first)
-
-
 def TimeToFirstStep(ms, remats=remat_lib.POLICIES):
-  """{remat: {M: FirstStepParts}} of a 12-layer Transformer at K=4. 'never' keeps each forward's activations on a
-  tape, which cannot outlive a loop iteration, so its passes run unrolled and grow with M."""
+  """{remat: {M: {total_s, trace_s, first_run_s, step_s}}} of a 12-layer Transformer at K=4 (Measure's first step,
+  its parts, a later step). 'never' keeps each forward's activations on a tape, which cannot outlive a loop
+  iteration, so its passes run unrolled and grow with M."""
   print('\n## Time to first step, 12-layer Transformer, K=4: trace + first run (a later step in brackets)')
   print('%-13s' % 'remat' + ''.join('%28s' % ('M=%d' % m) for m in ms))
   out = {}
   for remat in remats:
     for m in ms:
-      out.setdefault(remat, {})[m] = FirstStepParts(TransformerStack(num_layers=12, batch=64), 4, m, remat)
+      r = Measure(TransformerStack(num_layers=12, batch=64), 4, m, remat, steps=2)
+      out.setdefault(remat, {})[m] = dict(total_s=r['first_step_s'], trace_s=r['trace_s'],
+                                          first_run_s=r['first_run_s'], step_s=r['step_s'])
     print('%-13s' % remat + ''.join('%6.2fs = %5.2f + %5.2f (%4.2f)' % tuple(
         out[remat][m][f] for f in ('total_s', 'trace_s', 'first_run_s', 'step_s')) for m in ms), flush=True)
   return out
