@@ -63,8 +63,7 @@ class CellGradient:
     """(input grads, param grads) of fn's first output for `upstream`, re-computing fn once `upstream` exists, as
     remat.Backward: input grads follow tf.nest.flatten(inputs), None for leaves not `wanted` (remat.WantsGrad);
     param grads follow `params`, zeros for unused ones; the input grads wait for the param grads."""
-    with tf.control_dependencies([g for g in tf.nest.flatten(upstream) if g is not None]):
-      inputs = tf.nest.map_structure(tf.identity, inputs)  # Re-compute only once the gradient has arrived.
+    inputs = remat.AfterGradient(inputs, upstream)
     args = (inputs, micro_batch_index, params)
     pair = self.Pair(args)
     flat = _Copy(pair.concrete.graph, pair.forward_graph_def,
@@ -82,12 +81,8 @@ class CellGradient:
                        _Copy(pair.backward_graph, pair.backward_graph_def, doutputs + captures, 'cell_backward'))
     flat_inputs = tf.nest.flatten(inputs)
     first_param = len(flat_inputs) + len(tf.nest.flatten(micro_batch_index))
-    param_grads = [tf.convert_to_tensor(g) for g in remat.GradsOrZeros(grads[first_param:first_param + len(params)],
-                                                                        params)]
-    with tf.control_dependencies(param_grads):  # The previous cell re-computes once this one's weights are done.
-      input_grads = [tf.identity(tf.zeros_like(x) if g is None else g) if w else None
-                     for x, g, w in zip(flat_inputs, grads, remat.WantsGrad(flat_inputs, wanted))]
-    return input_grads, param_grads
+    return remat.WeightsFirst(grads[first_param:first_param + len(params)], params, grads[:len(flat_inputs)],
+                              flat_inputs, remat.WantsGrad(flat_inputs, wanted))
 
 
 def _Copy(graph, graph_def, inputs, name):

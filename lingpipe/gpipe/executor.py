@@ -350,8 +350,7 @@ class _Interpreter:
       def Call():
         nonlocal recorded
         if recorded is None:
-          with tf.control_dependencies([g for g in tf.nest.flatten(upstream) if g is not None]):
-            gated = tf.nest.map_structure(tf.identity, cell_in)  # Re-compute once the gradient has arrived.
+          gated = remat.AfterGradient(cell_in, upstream)  # Re-compute once the gradient has arrived.
           recorded = split_backward.Record(lambda x, params: cells.body[k](x, phase_loop.Index(m), params, True),
                                            gated, cells.params[k], cells.Wanted(k))[2]
         in_grads, self.pending[(m, k)] = split_backward.InputGrads(recorded, upstream)

@@ -76,26 +76,38 @@ def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None, wante
   for those `wanted` (WantsGrad) leaves out; variable gradients follow `variables` (zeros for variables the
   segment does not use).
   """
+  if tape is None:
+    inputs = AfterGradient(inputs, output_grads)
   flat_inputs = tf.nest.flatten(inputs)
   wants = WantsGrad(flat_inputs, wanted)
   float_inputs = [t for t, w in zip(flat_inputs, wants) if w]
-  upstream = [g for g in tf.nest.flatten(output_grads) if g is not None]
   if tape is None:
-    with tf.control_dependencies(upstream):
-      gated = [tf.identity(t) for t in flat_inputs]  # (1) recompute only once the gradient has arrived.
-    gated_inputs = tf.nest.pack_sequence_as(inputs, gated)
-    float_inputs = [t for t, w in zip(gated, wants) if w]
     with tf.GradientTape(watch_accessed_variables=False) as tape:
       tape.watch(float_inputs)
       tape.watch(variables)
-      outputs = fn(gated_inputs)
+      outputs = fn(inputs)
   float_outputs, float_grads = FloatTargets(outputs, output_grads)
   grads = tape.gradient(float_outputs, list(variables) + float_inputs, output_gradients=float_grads)
-  # Dense: a pipeline sums them over micro-batches (IndexedSlices, e.g. of an embedding, do not add up).
-  var_grads = [tf.convert_to_tensor(g) for g in GradsOrZeros(grads[:len(variables)], variables)]
-  with tf.control_dependencies(var_grads):  # (2) the previous segment waits for this one's weight gradients.
-    in_grads = iter(GradsOrZeros(grads[len(variables):], float_inputs))
-    input_grads = [tf.identity(next(in_grads)) if w else None for w in wants]
+  in_grads = iter(grads[len(variables):])
+  return WeightsFirst(grads[:len(variables)], variables, [next(in_grads) if w else None for w in wants],
+                      flat_inputs, wants)
+
+
+def AfterGradient(inputs, output_grads):
+  """`inputs`, read once `output_grads` exist: (1) a re-computation from them runs in the backward pass."""
+  with tf.control_dependencies([g for g in tf.nest.flatten(output_grads) if g is not None]):
+    return tf.nest.map_structure(tf.identity, inputs)
+
+
+def WeightsFirst(var_grads, variables, input_grads, flat_inputs, wants):
+  """(input grads, variable grads) of a segment's backward: variable grads dense, zeros for None (a pipeline sums
+  them over micro-batches; IndexedSlices, e.g. of an embedding, do not add up); input grads per flat input, None
+  where not `wants`, zeros for None, and (2) made to wait for the variable grads, so the previous segment starts
+  only once this one's weight gradients are done."""
+  var_grads = [tf.convert_to_tensor(g) for g in GradsOrZeros(var_grads, variables)]
+  with tf.control_dependencies(var_grads):
+    input_grads = [tf.identity(tf.zeros_like(x) if g is None else g) if w else None
+                   for x, g, w in zip(flat_inputs, input_grads, wants)]
   return input_grads, var_grads
 
 
