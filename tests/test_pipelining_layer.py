@@ -299,16 +299,31 @@ def _CellCalls(graph_def):
              and ('Cell' in n.attr['f'].func.name or 'Step' in n.attr['f'].func.name))
 
 
-@pytest.mark.parametrize('policy,calls', [('always', 16), ('except_last', 16)])
+@pytest.mark.parametrize('policy,calls', [('always', 16), ('except_last', 16), ('never', 12)])
 def test_steady_ticks_run_as_a_loop_so_the_graph_does_not_grow_with_m(policy, calls):
   counts = {}
   for m in (8, 32):
     _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m, remat=policy)
     counts[m] = _CellCalls(util.StepGraph(pipe, _Input(batch=32)))
-  # Per pass: K(K+1)/2 fill tasks + K in the loop body + K(K-1)/2 drain tasks = K(K+1) = 6 for K=2; the taped
-  # last micro-batch's ticks run unrolled, 2 more calls per pass (phase_loop.SteadyTicks). In GPipe 'always' keeps
-  # that micro-batch's activations too: its backward comes next on its device (schedule.KeepWhereBackwardFollows).
+  # Per pass: K(K+1)/2 fill tasks + K in the loop body + K(K-1)/2 drain tasks = K(K+1) = 6 for K=2. Under 'never'
+  # every forward keeps its activations, as data on a stack (executor.Cells.Saves), so all ticks but those loop. The
+  # last micro-batch of 'except_last' keeps its activations unlike the others: its ticks break the pattern and run
+  # unrolled, 2 more calls per pass (phase_loop.SteadyTicks). In GPipe 'always' keeps that micro-batch's
+  # activations too: its backward comes next on its device (schedule.KeepWhereBackwardFollows).
   assert counts == {8: calls, 32: calls}
+
+
+@pytest.mark.parametrize('k,m', [(2, 5), (3, 8), (4, 9)])
+def test_never_keeps_what_each_backward_reads_on_a_stack_and_matches_plain(k, m):
+  """The looped forwards push what their backward reads, the backwards pop it last in, first out, and the
+  unrolled ones keep theirs by micro-batch (executor.Pushed): the gradients are the plain model's for odd M too,
+  with the loop or without."""
+  x = _Input(batch=2 * m)
+  plain, looped = util.Pair(util.Tanh(5), num_splits=k, num_micro_batches=m, remat='never')
+  _, unrolled = util.Pair(util.Tanh(5), num_splits=k, num_micro_batches=m, remat='never', loop_phases=False)
+  reference = util.LossAndGrads(plain, x)
+  util.AssertClose(reference, util.LossAndGrads(looped, x))
+  util.AssertClose(reference, util.LossAndGrads(unrolled, x))
 
 
 @pytest.mark.parametrize('policy', ['always', 'except_last', 'never'])

@@ -15,6 +15,12 @@ all its inputs, here every re-computed activation, alive until it ends (peak +20
 Transformer, K=2, M=4, 50 -> 61 MiB), and each re-computing backward function instantiated them again. Copied,
 each activation is freed once its gradient is done, as before.
 
+The same pair lets a forward that keeps its activations run in a loop (remat 'never' in GPipe's looped passes):
+a GradientTape cannot outlive a tf.while_loop iteration, so taped forwards ran unrolled and the graph grew with M.
+`SavingForward` calls the pair's forward, which returns the call's outputs and the tensors its backward reads (the
+executor pushes them on a stack per cell), and `SavedBackward` calls the pair's backward on them: the same two
+calls a tape makes (TensorFlow rewrites a taped call into the pair's forward), so the same memory and ops.
+
 The pair comes from `ConcreteFunction._delayed_rewrite_functions`, which is not public API:
 tests/test_cell_gradient.py fails at once if a TensorFlow upgrade moves it.
 """
@@ -28,22 +34,25 @@ from lingpipe.gpipe import remat
 
 
 class _Pair(NamedTuple):
-  """TensorFlow's forward/backward pair for one traced cell function, as graphs to copy."""
+  """TensorFlow's forward/backward pair for one traced cell function."""
   concrete: Any  # the cell's ConcreteFunction; its FuncGraph is the forward: the call's outputs, then the saved tensors
-  forward_graph_def: Any  # that graph as a GraphDef
+  forward: Any  # the pair's forward function (what a taped call of `concrete` becomes)
   num_outputs: int  # how many of the forward's outputs are the call's own
-  backward_graph: Any  # the backward's FuncGraph: inputs are one gradient per trainable output, then captures
-  backward_graph_def: Any  # the same as a GraphDef
+  backward: Any  # the pair's backward function: inputs are one gradient per trainable output, then captures
   backward_captures: List  # what the backward captured: forward graph tensors (saved by the forward) or outer ones
+  # Per saved tensor, what it is where it is the same in every call, else None: the index of the call argument
+  # (flat: inputs, index, params, captures) it is, for a parameter or a capture, or the value of a constant.
+  same_in_every_call: List
 
 
 class CellGradient:
   """fn(inputs, micro_batch_index, params) -> (outputs, ...) (a cell's tf.function), re-computed and differentiated
-  through the forward/backward pair TensorFlow builds for its gradient."""
+  through the forward/backward pair TensorFlow builds for its gradient, or run as that pair's two calls."""
 
   def __init__(self, fn):
     self._fn = fn
     self._pairs = {}
+    self._graph_defs = {}
 
   def Pair(self, args):
     """The _Pair of fn's trace for args = (inputs, micro_batch_index, params), built on first use."""
@@ -53,11 +62,21 @@ class CellGradient:
       # The call's own outputs (forward_backward appends the saved tensors to the graph's outputs). A tape asks for
       # the pair with one gradient per output of the call: this is the pair a taped forward of fn uses.
       num_outputs = rewrite._num_inference_outputs  # pylint: disable=protected-access
-      _, backward = rewrite.forward_backward(num_outputs)
-      self._pairs[concrete.name] = _Pair(concrete, _WithoutColocation(concrete.graph.as_graph_def()), num_outputs,
-                                         backward.graph, _WithoutColocation(backward.graph.as_graph_def()),
-                                         list(backward.captured_inputs))
+      forward, backward = rewrite.forward_backward(num_outputs)
+      first_same = len(tf.nest.flatten(args[:2]))
+      position = {t.ref(): i for i, t in enumerate(concrete.graph.inputs) if i >= first_same}
+      same = [tf.get_static_value(t) if t.op.type == 'Const' else position.get(t.ref())
+              for t in concrete.graph.outputs[num_outputs:]]
+      self._pairs[concrete.name] = _Pair(concrete, forward, num_outputs, backward, list(backward.captured_inputs),
+                                         same)
     return self._pairs[concrete.name]
+
+  def _GraphDefs(self, pair):
+    """(forward GraphDef, backward GraphDef) of `pair`, to copy (Backward)."""
+    if pair.concrete.name not in self._graph_defs:
+      self._graph_defs[pair.concrete.name] = (_WithoutColocation(pair.concrete.graph.as_graph_def()),
+                                              _WithoutColocation(pair.backward.graph.as_graph_def()))
+    return self._graph_defs[pair.concrete.name]
 
   def Backward(self, inputs, micro_batch_index, params, upstream, wanted=None):
     """(input grads, param grads) of fn's first output for `upstream`, re-computing fn once `upstream` exists, as
@@ -66,23 +85,76 @@ class CellGradient:
     inputs = remat.AfterGradient(inputs, upstream)
     args = (inputs, micro_batch_index, params)
     pair = self.Pair(args)
-    flat = _Copy(pair.concrete.graph, pair.forward_graph_def,
-                 tf.nest.flatten(args) + list(pair.concrete.captured_inputs), 'cell_forward')
-    saved = dict(zip([t.ref() for t in pair.concrete.graph.outputs[pair.num_outputs:]], flat[pair.num_outputs:]))
-    captures = [saved.get(c.ref(), c) for c in pair.backward_captures]
-    # One gradient per trainable output of the call, in order: `upstream` for fn's first output, zeros for the rest
-    # (batch-norm moments, timestamps).
-    grads = list(tf.nest.flatten(upstream)) + [None] * pair.num_outputs
-    doutputs = []
-    for out, grad in zip(pair.concrete.graph.outputs[:pair.num_outputs], grads):
-      if backprop_util.IsTrainable(out):
-        doutputs.append(tf.zeros_like(out) if grad is None else tf.cast(grad, out.dtype))
-    grads = _Unflatten(pair.backward_graph.structured_outputs,
-                       _Copy(pair.backward_graph, pair.backward_graph_def, doutputs + captures, 'cell_backward'))
-    flat_inputs = tf.nest.flatten(inputs)
-    first_param = len(flat_inputs) + len(tf.nest.flatten(micro_batch_index))
-    return remat.WeightsFirst(grads[first_param:first_param + len(params)], params, grads[:len(flat_inputs)],
-                              flat_inputs, remat.WantsGrad(flat_inputs, wanted))
+    forward_def, backward_def = self._GraphDefs(pair)
+    flat = _Copy(pair.concrete.graph, forward_def, tf.nest.flatten(args) + list(pair.concrete.captured_inputs),
+                 'cell_forward')
+    captures = _Captures(pair, flat[pair.num_outputs:])
+    grads = _Unflatten(pair.backward.graph.structured_outputs,
+                       _Copy(pair.backward.graph, backward_def, _OutputGrads(pair, upstream) + captures,
+                             'cell_backward'))
+    return _Grads(grads, inputs, micro_batch_index, params, wanted)
+
+  def SavingForward(self, inputs, micro_batch_index, params):
+    """(fn's outputs, the tensors its backward reads): one call of the pair's forward."""
+    args = (inputs, micro_batch_index, params)
+    pair = self.Pair(args)
+    flat = pair.forward.call_flat(*(tf.nest.flatten(args) + list(pair.concrete.captured_inputs)))
+    outputs = tf.nest.pack_sequence_as(pair.concrete.structured_outputs, list(flat[:pair.num_outputs]))
+    return outputs, list(flat[pair.num_outputs:])
+
+  def Varying(self, inputs, params, saved):
+    """Of what SavingForward saved, the tensors that differ between calls (Restore gives back the rest: parameters,
+    captures, constants; a Transformer layer's backward reads 37 tensors, its 8 weights and 6 constants among
+    them)."""
+    pair = self.Pair((inputs, tf.TensorSpec([], tf.int64), params))
+    return [t for t, same in zip(saved, pair.same_in_every_call) if same is None]
+
+  def VaryingSpecs(self, inputs, params):
+    """tf.TensorSpec of each tensor Varying returns, for inputs and params like these."""
+    pair = self.Pair((inputs, tf.TensorSpec([], tf.int64), params))
+    return [tf.TensorSpec(t.shape, t.dtype)
+            for t in self.Varying(inputs, params, pair.concrete.graph.outputs[pair.num_outputs:])]
+
+  def Restore(self, inputs, params, varying):
+    """What SavingForward saved, from what Varying kept of it."""
+    args = (inputs, tf.TensorSpec([], tf.int64), params)
+    pair = self.Pair(args)
+    flat_args = tf.nest.flatten(args) + list(pair.concrete.captured_inputs)
+    varying = iter(varying)
+    return [next(varying) if same is None else flat_args[same] if isinstance(same, int) else tf.constant(same)
+            for same in pair.same_in_every_call]
+
+  def SavedBackward(self, inputs, micro_batch_index, params, saved, upstream, wanted=None):
+    """Backward's result for the SavingForward call that returned `saved`: one call of the pair's backward.
+    `inputs` are read only for their structure and dtypes."""
+    pair = self.Pair((inputs, micro_batch_index, params))
+    # The call takes the backward's captures as arguments: here, the forward's saved tensors in their place.
+    call = pair.backward._call_flat  # pylint: disable=protected-access
+    grads = call(_OutputGrads(pair, upstream), _Captures(pair, saved))
+    return _Grads(grads, inputs, micro_batch_index, params, wanted)
+
+
+def _OutputGrads(pair, upstream):
+  """What the pair's backward takes first: one gradient per trainable output of the call, in order: `upstream` for
+  fn's first output, zeros for the rest (batch-norm moments, timestamps)."""
+  grads = list(tf.nest.flatten(upstream)) + [None] * pair.num_outputs
+  return [tf.zeros_like(out) if grad is None else tf.cast(grad, out.dtype)
+          for out, grad in zip(pair.concrete.graph.outputs[:pair.num_outputs], grads)
+          if backprop_util.IsTrainable(out)]
+
+
+def _Captures(pair, saved):
+  """The backward's captured tensors, with the forward graph's replaced by `saved`, the forward's extra outputs."""
+  by_ref = dict(zip([t.ref() for t in pair.concrete.graph.outputs[pair.num_outputs:]], saved))
+  return [by_ref.get(c.ref(), c) for c in pair.backward_captures]
+
+
+def _Grads(grads, inputs, micro_batch_index, params, wanted):
+  """(input grads, param grads) as remat.WeightsFirst gives them, from the backward's gradient per forward input."""
+  flat_inputs = tf.nest.flatten(inputs)
+  first_param = len(flat_inputs) + len(tf.nest.flatten(micro_batch_index))
+  return remat.WeightsFirst(grads[first_param:first_param + len(params)], params, grads[:len(flat_inputs)],
+                            flat_inputs, remat.WantsGrad(flat_inputs, wanted))
 
 
 def _Copy(graph, graph_def, inputs, name):

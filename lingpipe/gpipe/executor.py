@@ -26,9 +26,10 @@ leaves this to 1F1B's warm-up and interleaved cells). Later backwards gain nothi
 previous one, whose gradient came from the same neighbour) and stay one call each.
 
 What a later action needs lives in the typed state: messages in flight, what each forward kept (cell inputs in
-TensorArrays on the cell's device, or tapes), the last cell's outputs, the first cell's input gradients, each
-cell's batch-norm moments (moments.Moments, merged over micro-batches on the cell's device) and each cell's
-weight gradients, accumulated on its device.
+TensorArrays on the cell's device, tapes, or in GPipe the tensors the cell's backward reads, on a stack per cell so
+that the passes loop under remat 'never' too: Cells.Saves), the last cell's outputs, the first cell's input
+gradients, each cell's batch-norm moments (moments.Moments, merged over micro-batches on the cell's device) and each
+cell's weight gradients, accumulated on its device.
 """
 
 from typing import Any, Callable, Dict, List, NamedTuple
@@ -38,6 +39,7 @@ import tensorflow as tf
 from lingpipe.gpipe import phase_loop
 from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import remat
+from lingpipe.gpipe import saved_stack
 from lingpipe.gpipe import split_backward
 from lingpipe.gpipe import timeline
 
@@ -55,6 +57,8 @@ class Cells(NamedTuple):
   wanted: per leaf of cell 0's inputs, whether its gradient is computed (remat.WantedInputGrads; None: every float
   leaf). backward[0] must compute the same ones. Later cells compute every float input gradient: the previous
   cell needs them.
+  saving[k]: cell_gradient.CellGradient of forward[k]: forwards that keep their activations return them as data
+  (SavingForward) where the plan allows it (Saves), so that they can loop.
   """
   devices: List[str]
   params: List[List[tf.Tensor]]
@@ -63,6 +67,15 @@ class Cells(NamedTuple):
   taped_backward: Callable = None
   body: List[Callable] = None
   wanted: List[bool] = None
+  saving: List[Any] = None
+
+  def Saves(self, plan, loss=None):
+    """Whether the forwards of `plan` that keep their activations return them as data (SavingForward) instead of
+    keeping them on a tape, which cannot outlive a loop iteration: with `saving`, in a plan whose loss comes after
+    the forward pass (GPipe), that does not split the backward, and whose backwards use each cell's kept
+    activations last in, first out, so that they can be kept on a stack (saved_stack.py)."""
+    return (self.saving is not None and loss is None and not plan.splits_backward
+            and all(saved_stack.LastInFirstOut(plan, k) for k in range(plan.num_cells)))
 
   def Wanted(self, k):
     """Cell k's `wanted` (see above): which input gradients its backward computes, None for every float one."""
@@ -80,6 +93,7 @@ class State(NamedTuple):
   accumulated: Dict  # {cell: [parameter gradients summed so far]}
   input_grads: Dict  # {0: [TensorArray per float input leaf]}
   times: Dict  # {(kind, cell): TensorArray of (micro-batch, start, end)} while recording
+  saved: Dict  # {cell: {dtype name: TensorList}}: the tensors its looped saving forwards keep, a stack per dtype
 
 
 def _EmptyState():
@@ -90,9 +104,11 @@ class Kept(NamedTuple):
   """What the forward pass leaves for the backward."""
   inputs: Any  # MicroBatches: cell 0's inputs
   stash: Dict  # State.stash
-  tapes: Dict  # {(micro-batch, cell): (inputs, outputs, GradientTape)} of KEEP_ACTIVATIONS forwards
+  tapes: Dict  # {(micro-batch, cell): (inputs, outputs, GradientTape)} of KEEP_ACTIVATIONS forwards; with
+  # Cells.Saves, the list of tensors an unrolled one saved for its backward
   like: Dict  # {cell: the structure of its inputs, 'out': that of the last cell's outputs}
   last: Dict = None  # {device: what its last forward produced}: the backward phase starts there (State.last)
+  saved: Dict = None  # State.saved at the end of the forward pass
 
 
 class ForwardResult(NamedTuple):
@@ -152,7 +168,7 @@ def _Read(arrays, m, like, device):
 class _Interpreter:
   """Runs one action of a plan on a State: the FORWARD, BACKWARD and SEND of every phase and schedule."""
 
-  def __init__(self, plan, cells, inputs=None, upstreams=None, kept=None, loss=None, recording=False):
+  def __init__(self, plan, cells, inputs=None, upstreams=None, kept=None, loss=None, recording=False, loop=True):
     self.plan, self.cells, self.inputs, self.upstreams, self.loss = plan, cells, inputs, upstreams, loss
     self.kept = kept or Kept(inputs, {}, {}, {})
     self.recording = recording
@@ -168,6 +184,8 @@ class _Interpreter:
     # TensorArray frees nothing until the step ends, which kept all M micro-batches' inputs alive).
     self.kept_inputs = {}
     self.split = plan.splits_backward
+    self.saves = cells.Saves(plan, loss)
+    self.pushed = {k: saved_stack.Pushed(plan, k, loop) for k in range(plan.num_cells)} if self.saves else None
     self.pending = {}  # {(micro-batch, cell): split_backward.Pending} between a split BACKWARD and its WEIGHT
 
   def __call__(self, a, m, state):
@@ -234,6 +252,22 @@ class _Interpreter:
           tapes[(m, k)] = recorded[2]
           return recorded[:2]
         cell_out, moments = self._Run(state, a, m, device, cell_in, Recorded, False)
+      elif a.keep == plan_lib.KEEP_ACTIVATIONS and self.saves:
+        saved = []
+
+        def Saving():
+          outputs, tensors = cells.saving[k].SavingForward(cell_in, phase_loop.Index(m), cells.params[k])
+          saved.extend(tensors)
+          return outputs
+        cell_out, moments = self._Run(state, a, m, device, cell_in, Saving, True)
+        # Pushed on the cell's stack, or kept by micro-batch (saved_stack.Pushed). Every loop variable needs a value
+        # before the loop: the stacks are created by the unrolled tick before it, which runs every action of the body.
+        push = not isinstance(m, int) or m in self.pushed[k]
+        if push or self.pushed[k]:
+          varying = cells.saving[k].Varying(cell_in, cells.params[k], saved)
+          state.saved[k] = saved_stack.Push(state.saved.get(k), varying, device, push)
+        if not push:
+          tapes[(m, k)] = saved
       elif a.keep == plan_lib.KEEP_ACTIVATIONS:
         inline = self.loss is not None and cells.body is not None
         if inline:  # The weight gradients are summed layer by layer (see the module docstring).
@@ -277,6 +311,15 @@ class _Interpreter:
         cell_in = _Read(kept.stash[k], m, kept.like[k], device)
     elif self.split:
       recorded = kept.tapes.pop((m, k))
+    elif self.saves:
+      saving = cells.saving[k]
+      if isinstance(m, int) and m not in self.pushed[k]:
+        saved = kept.tapes.pop((m, k))
+      else:
+        specs = saving.VaryingSpecs(kept.like[k], cells.params[k])
+        state.saved[k], varying = saved_stack.Pop(state.saved[k], specs, device)
+        with tf.device(device):
+          saved = saving.Restore(kept.like[k], cells.params[k], varying)
     else:
       cell_in, cell_out, tape = kept.tapes.pop((m, k))
     if k < self.plan.num_cells - 1:
@@ -297,6 +340,12 @@ class _Interpreter:
       else:
         if a.recompute:
           call = lambda: cells.backward[k](cell_in, upstream, phase_loop.Index(m), cells.params[k], acc)
+        elif self.saves:
+          def call():
+            in_grads, param_grads = cells.saving[k].SavedBackward(kept.like[k], phase_loop.Index(m), cells.params[k],
+                                                                  saved, upstream, cells.Wanted(k))
+            return in_grads, param_grads if acc is None else [x + g for x, g in zip(acc, param_grads)]
+          cell_in = saved  # What the backward waits for (_Run).
         else:
           def call():
             in_grads, param_grads = cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out,
@@ -411,13 +460,14 @@ def Forward(plan, cells, micro, stacked, recorder=None, name='', loop=True):
   gives them (needed when Loops says the phase loops). Returns a ForwardResult. With a timeline.Recorder, every
   action's timestamps are added to it as pipeline `name`'s forward pass."""
   inputs = phase_loop.MicroBatches(micro, stacked, cells.devices[0])
-  run = _Interpreter(plan, cells, inputs=inputs, recording=recorder is not None)
-  state = phase_loop.RunPhase(plan, plan_lib.FORWARD, run, _EmptyState(), loop)
+  run = _Interpreter(plan, cells, inputs=inputs, recording=recorder is not None, loop=loop)
+  state = phase_loop.RunPhase(plan, plan_lib.FORWARD, run, _EmptyState(), loop, run.saves)
   _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan)
   with tf.device(cells.devices[-1]):  # Stacked where they were written: no copy.
     outputs = tf.nest.pack_sequence_as(run.kept.like['out'],
                                        [a.stack() for a in state.outputs[plan.num_cells - 1]])
-  return ForwardResult(outputs, _Moments(state), run.kept._replace(stash=state.stash, last=dict(state.last)))
+  return ForwardResult(outputs, _Moments(state), run.kept._replace(stash=state.stash, last=dict(state.last),
+                                                                     saved=state.saved))
 
 
 def Backward(plan, cells, dy_micro, dy_stacked, kept, recorder=None, name='', loop=True):
@@ -429,10 +479,10 @@ def Backward(plan, cells, dy_micro, dy_stacked, kept, recorder=None, name='', lo
   added to it as pipeline `name`'s backward pass.
   """
   upstreams = phase_loop.MicroBatches(dy_micro, dy_stacked, cells.devices[-1])
-  run = _Interpreter(plan, cells, upstreams=upstreams, kept=kept, recording=recorder is not None)
+  run = _Interpreter(plan, cells, upstreams=upstreams, kept=kept, recording=recorder is not None, loop=loop)
   # Each device's first backward waits for its last forward (a re-computation may start before its gradient).
-  start = _EmptyState()._replace(last=dict(kept.last or {}))
-  state = phase_loop.RunPhase(plan, plan_lib.BACKWARD, run, start, loop)
+  start = _EmptyState()._replace(last=dict(kept.last or {}), saved=dict(kept.saved or {}))
+  state = phase_loop.RunPhase(plan, plan_lib.BACKWARD, run, start, loop, run.saves)
   _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.RECOMPUTE, cells.devices, state, plan)
   return _InputGrads(state, kept.like[0], cells.wanted), state.accumulated

@@ -2,12 +2,12 @@
 
 The ticks where the plan repeats one pattern with the micro-batches shifted (`SteadyTicks`) run as one
 `tf.while_loop` whose body is that pattern, with the micro-batch index a loop variable: the graph size and time to
-first step stay nearly flat in M (measured for a 12-layer Transformer at K=4: 256 call sites at M=32 took 7 s
-before the first step unrolled). Ticks before the loop run unrolled and give every loop variable its value. A
-tick whose actions keep activations on a GradientTape (remat 'never', the last micro-batch of 'except_last') is
-never looped: a tape cannot outlive a loop iteration. Inside the loop a micro-batch index is a tensor: its inputs
-are gathered from the stacked micro-batches (`MicroBatches`), and the index a cell is called with is always a
-tensor (`Index`) so that every call shares one function.
+first step stay nearly flat in M (measured for a 12-layer Transformer at K=4: 256 call sites at M=32 took 7 s before
+the first step unrolled). Ticks before the loop run unrolled and give every loop variable its value. A tick whose
+actions keep activations on a GradientTape is never looped: a tape cannot outlive a loop iteration. GPipe's forwards
+under remat 'never' keep them as data on a stack instead (executor.Cells.Saves), and loop. Inside the loop a
+micro-batch index is a tensor: its inputs are gathered from the stacked micro-batches (`MicroBatches`), and the
+index a cell is called with is always a tensor (`Index`) so that every call shares one function.
 """
 
 import contextlib
@@ -62,23 +62,24 @@ class MicroBatches:
       return tf.nest.map_structure(lambda s: tf.gather(s, m), self._stacked)
 
 
-def Loops(plan, phase, loop=True):
+def Loops(plan, phase, loop=True, saves=False):
   """The ticks of `phase` the executor runs as one tf.while_loop: (first, stop, step) with the loop running
-  ticks first .. stop-1, or None when every tick runs unrolled (loop=False, no repeated pattern, or taped)."""
+  ticks first .. stop-1, or None when every tick runs unrolled (loop=False, no repeated pattern, or taped).
+  `saves`: kept activations are data on a stack, not on tapes (executor.Cells.Saves)."""
   start, stop, step = SteadyTicks(plan.Phase(phase))
   template = plan.Phase(phase).ticks[start + 1] if stop - start > 1 else ()
-  taped = any(a.keep == plan_lib.KEEP_ACTIVATIONS or (a.kind == plan_lib.BACKWARD and not a.recompute)
-              for a in template)
+  taped = not saves and any(a.keep == plan_lib.KEEP_ACTIVATIONS or (a.kind == plan_lib.BACKWARD and not a.recompute)
+                            for a in template)
   if not loop or stop - start < 2 or taped:
     return None
   return start + 1, stop, step
 
 
-def RunPhase(plan, phase, run_action, state, loop):
+def RunPhase(plan, phase, run_action, state, loop, saves=False):
   """state = run_action(action, micro_batch, state) for the phase's actions in plan order; with a loop, the
-  body's micro-batches are tensors."""
+  body's micro-batches are tensors. `saves`: as Loops."""
   ticks = plan.Phase(phase).ticks
-  looped = Loops(plan, phase, loop)
+  looped = Loops(plan, phase, loop, saves)
 
   def Tick(actions, state, offset=None):
     state = type(state)(*[dict(field) for field in state])  # Each tick builds new dicts: loop vars stay intact.

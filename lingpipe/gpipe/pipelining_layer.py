@@ -393,12 +393,12 @@ class PipeliningLayer(base_layer.BaseLayer):
       inputs, params = executor.CutFromCallerTapes(inputs, params, devices)
     # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
-    with tf.device(devices[0]):
-      stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
-                 if phase_loop.Loops(plan, plan_lib.FORWARD, p.loop_phases) else None)
     padding = self._Padding(micro, num_micro, pad_rows) if training else None
     recorder = timeline.Current()
     cells = self.ExecutorCells(r, params, training, padding, recorder is not None, wanted)
+    with tf.device(devices[0]):
+      stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
+                 if phase_loop.Loops(plan, plan_lib.FORWARD, p.loop_phases, cells.Saves(plan)) else None)
     result = executor.Forward(plan, cells, micro, stacked, recorder=recorder, name=self.TimelineName(r),
                               loop=p.loop_phases)
     if training:
@@ -430,17 +430,18 @@ class PipeliningLayer(base_layer.BaseLayer):
     return params
 
   def ExecutorCells(self, replica, params, training, padding, stamped, wanted=None):
-    """executor.Cells of `replica`: each cell's forward and, in training, its re-computing and taped backward.
+    """executor.Cells of `replica`: each cell's forward and, in training, its re-computing and taped backward and
+    its gradient pair, through which GPipe's forwards under remat 'never' keep their activations as data.
     `wanted`: which of the pipeline's input gradients cell 0 computes (remat.WantedInputGrads; None: all)."""
     cells = range(self._num_cells)
+    forward = [self._CellFn(k, replica, training, padding, stamped, wanted if k == 0 else None) for k in cells]
     return executor.Cells(
-        self._mesh[replica], params,
-        [self._CellFn(k, replica, training, padding, stamped, wanted if k == 0 else None) for k in cells],
+        self._mesh[replica], params, forward,
         backward=[self._BackwardFn(k, replica, padding, stamped, wanted if k == 0 else None) for k in cells]
         if training else None,
         taped_backward=remat.TapedBackward,
         body=[functools.partial(self._InlineBody, k, replica, padding) for k in cells] if training else None,
-        wanted=wanted)
+        wanted=wanted, saving=[cell_gradient.CellGradient(f) for f in forward] if training else None)
 
   def _InlineBody(self, k, r, padding, inputs, micro_batch_index, params, recomputing):
     """Cell k in training, traced where it is called (executor.Cells.body): (outputs, moments); a re-computation
@@ -494,12 +495,12 @@ class PipeliningLayer(base_layer.BaseLayer):
         num_micro = forward.plan.num_micro_batches
         dy = tf.nest.pack_sequence_as(outputs, [
             phase_loop.Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
-        with tf.device(devices[-1]):
-          dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
-          dy_stacked = (microbatch.Stacked(dy, num_micro, p.batch_dim, forward.pad_rows)
-                        if phase_loop.Loops(forward.plan, plan_lib.BACKWARD, p.loop_phases) else None)
         recorder = timeline.Current()
         cells = self.ExecutorCells(r, forward.params, True, forward.padding, recorder is not None, forward.wanted)
+        with tf.device(devices[-1]):
+          dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
+          looped = phase_loop.Loops(forward.plan, plan_lib.BACKWARD, p.loop_phases, cells.Saves(forward.plan))
+          dy_stacked = microbatch.Stacked(dy, num_micro, p.batch_dim, forward.pad_rows) if looped else None
         first, accumulated = executor.Backward(forward.plan, cells, dy_micro, dy_stacked, forward.kept,
                                                recorder=recorder, name=self.TimelineName(r), loop=p.loop_phases)
         by_ref = self.GradientsByVariable(accumulated)
