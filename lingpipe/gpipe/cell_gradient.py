@@ -41,7 +41,7 @@ class _Pair(NamedTuple):
   backward: Any  # the pair's backward function: inputs are one gradient per trainable output, then captures
   backward_captures: List  # what the backward captured: forward graph tensors (saved by the forward) or outer ones
   # Per saved tensor, what it is where it is the same in every call, else None: the index of the call argument
-  # (flat: inputs, index, params, captures) it is, for a parameter or a capture, or the value of a constant.
+  # (flat: inputs, index, params, captures) it is, for a parameter or a capture, or the value of a small constant.
   same_in_every_call: List
 
 
@@ -65,7 +65,10 @@ class CellGradient:
       forward, backward = rewrite.forward_backward(num_outputs)
       first_same = len(tf.nest.flatten(args[:2]))
       position = {t.ref(): i for i, t in enumerate(concrete.graph.inputs) if i >= first_same}
-      same = [tf.get_static_value(t) if t.op.type == 'Const' else position.get(t.ref())
+      # Small constants (shapes, scalars) are made again where the backward is called; a large one (a table) is
+      # pushed like an activation, by reference, rather than copied into the graph at each call site.
+      small = lambda t: t.op.type == 'Const' and t.shape.num_elements() <= 1024
+      same = [tf.get_static_value(t) if small(t) else position.get(t.ref())
               for t in concrete.graph.outputs[num_outputs:]]
       self._pairs[concrete.name] = _Pair(concrete, forward, num_outputs, backward, list(backward.captured_inputs),
                                          same)
