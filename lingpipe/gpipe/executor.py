@@ -232,6 +232,16 @@ class _Interpreter:
     return state  # The device's next action waits for the sending action (state.last), not for the copy.
 
   @staticmethod
+  def _MicroBatch(micro_batches, a, m, state):
+    """micro_batches.At(m) (phase_loop.MicroBatches) for action `a`. In a loop it is a gather, a copy, made once the
+    device's previous action is done: else the loop's iterations ran ahead and made every iteration's copy at its
+    start (dense stack, K=2, M=8, remat 'always': peak 90 MiB against 79 unrolled)."""
+    if isinstance(m, int):  # A micro-batch of the list: no op.
+      return micro_batches.At(m)
+    with tf.control_dependencies(state.last.get(a.device, [])):
+      return micro_batches.At(m)
+
+  @staticmethod
   def _Receive(state, key):
     first, *rest = state.mail.pop(key)
     if rest:
@@ -241,7 +251,7 @@ class _Interpreter:
   def Forward(self, a, m, state):
     cells, k, num_micro = self.cells, a.cell, self.plan.num_micro_batches
     device, like, tapes = cells.devices[k], self.kept.like, self.kept.tapes
-    cell_in = self.inputs.At(m) if k == 0 else self._Receive(state, (k - 1, k))
+    cell_in = self._MicroBatch(self.inputs, a, m, state) if k == 0 else self._Receive(state, (k - 1, k))
     like.setdefault(k, cell_in)
     call = lambda: cells.forward[k](cell_in, phase_loop.Index(m), cells.params[k])
     with tf.device(device), tf.control_dependencies(state.last.get(a.device, [])):
@@ -304,7 +314,7 @@ class _Interpreter:
     device = cells.devices[k]
     if a.recompute:
       if k == 0:
-        cell_in = kept.inputs.At(m)
+        cell_in = self._MicroBatch(kept.inputs, a, m, state)
       elif self.loss is not None:  # Kept in this phase (1F1B, unrolled: m is an int).
         cell_in = self.kept_inputs.pop((m, k))
       else:  # Stashed by the forward phase (GPipe).
@@ -327,7 +337,7 @@ class _Interpreter:
       flat = tf.nest.flatten(kept.like[k + 1])
       upstream = tf.nest.pack_sequence_as(kept.like[k + 1], [received.get(i) for i in range(len(flat))])
     else:
-      upstream = self.dy.pop(m) if self.loss is not None else self.upstreams.At(m)
+      upstream = self.dy.pop(m) if self.loss is not None else self._MicroBatch(self.upstreams, a, m, state)
     if self.split:
       return self._InputGradients(a, m, state, cell_in if a.recompute else None, upstream,
                                   None if a.recompute else recorded)
