@@ -306,7 +306,7 @@ def test_steady_ticks_run_as_a_loop_so_the_graph_does_not_grow_with_m(policy, ca
     _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m, remat=policy)
     counts[m] = _CellCalls(util.StepGraph(pipe, _Input(batch=32)))
   # Per pass: K(K+1)/2 fill tasks + K in the loop body + K(K-1)/2 drain tasks = K(K+1) = 6 for K=2. Under 'never'
-  # every forward keeps its activations, as data on a stack (executor.Cells.Saves), so all ticks but those loop. The
+  # every forward keeps its activations, as data on a stack (executor.Cells.Saves), and the steady ticks loop. The
   # last micro-batch of 'except_last' keeps its activations unlike the others: its ticks break the pattern and run
   # unrolled, 2 more calls per pass (phase_loop.SteadyTicks). In GPipe 'always' keeps that micro-batch's
   # activations too: its backward comes next on its device (schedule.KeepWhereBackwardFollows).
@@ -337,7 +337,7 @@ def test_a_looped_micro_batch_is_gathered_when_its_device_gets_to_it(policy):
 @pytest.mark.parametrize('k,m', [(2, 5), (3, 8), (4, 9)])
 def test_never_keeps_what_each_backward_reads_on_a_stack_and_matches_plain(k, m):
   """The looped forwards push what their backward reads, the backwards pop it last in, first out, and the
-  unrolled ones keep theirs by micro-batch (executor.Pushed): the gradients are the plain model's for odd M too,
+  unrolled ones keep theirs by micro-batch (saved_stack.Pushed): the gradients are the plain model's for odd M too,
   with the loop or without."""
   x = _Input(batch=2 * m)
   plain, looped = util.Pair(util.Tanh(5), num_splits=k, num_micro_batches=m, remat='never')
