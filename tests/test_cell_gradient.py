@@ -8,6 +8,7 @@ import tensorflow as tf
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 
 from lingpipe.gpipe import cell_gradient
+from lingpipe.gpipe import saved_stack
 import pipeline_test_util as util
 
 
@@ -124,32 +125,30 @@ def _Taped(cell, xs, params, dys):
 
 
 def test_a_saving_forward_and_its_backward_compute_what_a_tape_does_in_a_loop():
-  """remat 'never' in a loop: each forward's saved tensors go on a stack (one TensorList per dtype, as the executor
-  does it), the backwards pop them last in, first out, in a second loop."""
+  """remat 'never' in a loop: each forward's saved tensors go on the executor's stacks (saved_stack.Push, one
+  TensorList per dtype), the backwards pop them last in, first out (saved_stack.Pop), in a second loop."""
   xs, params, dys = _SavedCase(4)
   cell = _Cell()
   gradient = cell_gradient.CellGradient(cell)
+  device = '/device:CPU:0'
 
   @tf.function(autograph=False)
   def Looped(xs, params, dys):
     index = tf.constant(0, tf.int64)
-    specs = gradient.VaryingSpecs(xs[0], params)
-    empty = [tf.raw_ops.EmptyTensorList(element_shape=-1, max_num_elements=-1, element_dtype=s.dtype) for s in specs]
+    _, saved = gradient.SavingForward(xs[0], index, params)  # Only to create the stacks, as an unrolled tick does.
+    empty = saved_stack.Push(None, gradient.Varying(xs[0], params, saved), device, push=False)
 
     def Forward(m, stacks):
       _, saved = gradient.SavingForward(xs[m], tf.cast(m, tf.int64), params)
-      varying = gradient.Varying(xs[0], params, saved)
-      return m + 1, [tf.raw_ops.TensorListPushBack(input_handle=s, tensor=t) for s, t in zip(stacks, varying)]
+      return m + 1, saved_stack.Push(stacks, gradient.Varying(xs[0], params, saved), device)
 
     _, stacks = tf.while_loop(lambda m, _: m < 3, Forward, (0, empty))
 
     def Backward(m, stacks, grads):
-      popped = [tf.raw_ops.TensorListPopBack(input_handle=s, element_shape=-1, element_dtype=spec.dtype)
-                for s, spec in zip(stacks[::-1], specs[::-1])][::-1]
-      saved = gradient.Restore(xs[0], params, [t for _, t in popped])
+      stacks, varying = saved_stack.Pop(stacks, gradient.VaryingSpecs(xs[0], params), device)
+      saved = gradient.Restore(xs[0], params, varying)
       in_grads, param_grads = gradient.SavedBackward(xs[0], index, params, saved, dys[m])
-      return m - 1, [s for s, _ in popped], grads.write(m, tf.concat([tf.reshape(g, [-1]) for g in in_grads +
-                                                                      param_grads], 0))
+      return m - 1, stacks, grads.write(m, tf.concat([tf.reshape(g, [-1]) for g in in_grads + param_grads], 0))
 
     grads = tf.TensorArray(tf.float32, size=3)
     _, _, grads = tf.while_loop(lambda m, *_: m >= 0, Backward, (2, stacks, grads))
