@@ -8,7 +8,7 @@ import tensorflow as tf
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 
 from lingpipe.gpipe import cell_gradient
-from lingpipe.gpipe import saved_stack
+from lingpipe.gpipe import tensor_lists
 import pipeline_test_util as util
 
 
@@ -125,8 +125,8 @@ def _Taped(cell, xs, params, dys):
 
 
 def test_a_saving_forward_and_its_backward_compute_what_a_tape_does_in_a_loop():
-  """remat 'never' in a loop: each forward's saved tensors go on the executor's stacks (saved_stack.Push, one
-  TensorList per dtype), the backwards pop them last in, first out (saved_stack.Pop), in a second loop."""
+  """remat 'never' in a loop: each forward's saved tensors go on the executor's stacks (tensor_lists.Push, one
+  TensorList per dtype), the backwards pop them last in, first out (tensor_lists.Pop), in a second loop."""
   xs, params, dys = _SavedCase(4)
   cell = _Cell()
   gradient = cell_gradient.CellGradient(cell)
@@ -136,16 +136,16 @@ def test_a_saving_forward_and_its_backward_compute_what_a_tape_does_in_a_loop():
   def Looped(xs, params, dys):
     index = tf.constant(0, tf.int64)
     _, saved = gradient.SavingForward(xs[0], index, params)  # Only to create the stacks, as an unrolled tick does.
-    empty = saved_stack.Push(None, gradient.Varying(xs[0], params, saved), device, push=False)
+    empty = tensor_lists.Push(None, gradient.Varying(xs[0], params, saved), device, push=False)
 
     def Forward(m, stacks):
       _, saved = gradient.SavingForward(xs[m], tf.cast(m, tf.int64), params)
-      return m + 1, saved_stack.Push(stacks, gradient.Varying(xs[0], params, saved), device)
+      return m + 1, tensor_lists.Push(stacks, gradient.Varying(xs[0], params, saved), device)
 
     _, stacks = tf.while_loop(lambda m, _: m < 3, Forward, (0, empty))
 
     def Backward(m, stacks, grads):
-      stacks, varying = saved_stack.Pop(stacks, gradient.VaryingSpecs(xs[0], params), device)
+      stacks, varying = tensor_lists.Pop(stacks, gradient.VaryingSpecs(xs[0], params), device)
       saved = gradient.Restore(xs[0], params, varying)
       in_grads, param_grads = gradient.SavedBackward(xs[0], index, params, saved, dys[m])
       return m - 1, stacks, grads.write(m, tf.concat([tf.reshape(g, [-1]) for g in in_grads + param_grads], 0))

@@ -334,6 +334,31 @@ def test_a_looped_micro_batch_is_gathered_when_its_device_gets_to_it(policy):
   assert gathers >= 2
 
 
+@pytest.mark.parametrize('policy', ['always', 'never'])
+def test_the_forward_loop_carries_the_parameters_packed_and_the_backward_each_sum_once(policy):
+  """A loop variable is lowered to five control-flow nodes. With twice the layers, the forward pass's loop has as
+  many variables (the parameters are packed: phase_loop.Invariant), and the backward pass's has one more per
+  gradient sum and at most one per parameter it reads (under 'never' the biases' are not): a device's next action
+  waits for the sum through State.accumulated, not a second copy of it in State.last. Before, each parameter was
+  one variable of each loop and each sum two."""
+  def LoopVariables(num_layers):
+    _, pipe = util.Pair(util.Tanh(num_layers), num_splits=2, num_micro_batches=8, remat=policy)
+    graph = util.StepGraph(pipe, _Input(batch=32))
+    functions = {f.signature.name: f for f in graph.library.function}
+    loops = [n for n in list(graph.node) + [n for f in functions.values() for n in f.node_def]
+             if n.op in ('While', 'StatelessWhile')]
+    assert len(loops) == 2, [n.name for n in loops]
+    # The forward pass's body runs cell calls that save nothing for a tape; tell the two loops apart by order of
+    # tracing instead: the forward loop is traced first, and TensorFlow numbers its body first.
+    loops.sort(key=lambda n: int(n.attr['body'].func.name.rsplit('_', 1)[-1]))
+    return [len([i for i in n.input if not i.startswith('^')]) for n in loops], len(pipe.trainable_variables)
+
+  (small, small_params), (large, large_params) = LoopVariables(4), LoopVariables(8)
+  assert large_params > small_params
+  assert large[0] == small[0]
+  assert large_params - small_params <= large[1] - small[1] <= 2 * (large_params - small_params)
+
+
 @pytest.mark.parametrize('k,m', [(2, 5), (3, 8), (4, 9)])
 def test_never_keeps_what_each_backward_reads_on_a_stack_and_matches_plain(k, m):
   """The looped forwards push what their backward reads, the backwards pop it last in, first out, and the

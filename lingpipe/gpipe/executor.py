@@ -41,6 +41,7 @@ from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import remat
 from lingpipe.gpipe import saved_stack
 from lingpipe.gpipe import split_backward
+from lingpipe.gpipe import tensor_lists
 from lingpipe.gpipe import timeline
 
 
@@ -187,6 +188,12 @@ class _Interpreter:
     self.saves = cells.Saves(plan, loss)
     self.pushed = {k: saved_stack.Pushed(plan, k, loop) for k in range(plan.num_cells)} if self.saves else None
     self.pending = {}  # {(micro-batch, cell): split_backward.Pending} between a split BACKWARD and its WEIGHT
+    # {device: cell}: the device's last action was a BACKWARD or WEIGHT of that cell, and its next action also waits
+    # for the cell's gradient sum (_Last). Not in state.last: a loop carries each tensor of its state as one loop
+    # variable, the same tensor twice as two, each lowered to five control-flow nodes (12-layer Transformer, K=4:
+    # 144 more in the backward pass's loop). As the steady ticks repeat one pattern, a device's last action has the
+    # same kind and cell before the loop and at the end of its body.
+    self.sums_of = {}
 
   def __call__(self, a, m, state):
     if a.kind == plan_lib.SEND:
@@ -198,6 +205,17 @@ class _Interpreter:
     if a.device in self.ends:
       state.last[a.device] = list(state.last.get(a.device, [])) + [self.ends[a.device]]
     return state
+
+  def Invariant(self):
+    """The cells' parameters, as a loop carries them (phase_loop.Invariant)."""
+    def Use(params):
+      self.cells = self.cells._replace(params=params)
+    return phase_loop.Invariant(self.cells.params, self.cells.devices, Use)
+
+  def _Last(self, state, device):
+    """What the device's next action waits for: what its last action produced, its gradient sum included."""
+    k = self.sums_of.get(device)
+    return list(state.last.get(device, [])) + (list(state.accumulated[k]) if k is not None else [])
 
   def _Run(self, state, action, m, device, waits_for, call, stamped, kind=None):
     """call(), its (start, end) written to state.times[(kind, cell)] (rows of (m, start, end) on `device`) while
@@ -211,7 +229,7 @@ class _Interpreter:
       *outputs, stamps = call()
       outputs = tuple(outputs)
     else:  # The start waits for the action's inputs and for the device's previous action.
-      outputs, stamps = timeline.Timed(device, [waits_for, state.last.get(action.device, [])], call)
+      outputs, stamps = timeline.Timed(device, [waits_for, self._Last(state, action.device)], call)
       if self.serialize:
         self.ends[action.device] = stamps[1]
       stamps = tf.stack(stamps)
@@ -231,14 +249,13 @@ class _Interpreter:
     state.mail[key] = state.mail.get(key, ()) + (sent,)
     return state  # The device's next action waits for the sending action (state.last), not for the copy.
 
-  @staticmethod
-  def _MicroBatch(micro_batches, a, m, state):
+  def _MicroBatch(self, micro_batches, a, m, state):
     """micro_batches.At(m) (phase_loop.MicroBatches) for action `a`. In a loop it is a gather, a copy, made once the
     device's previous action is done: else the loop's iterations ran ahead and made every iteration's copy at its
     start (dense stack, K=2, M=8, remat 'always': peak 90 MiB against 79 unrolled)."""
     if isinstance(m, int):  # A micro-batch of the list: no op.
       return micro_batches.At(m)
-    with tf.control_dependencies(state.last.get(a.device, [])):
+    with tf.control_dependencies(self._Last(state, a.device)):
       return micro_batches.At(m)
 
   @staticmethod
@@ -254,7 +271,7 @@ class _Interpreter:
     cell_in = self._MicroBatch(self.inputs, a, m, state) if k == 0 else self._Receive(state, (k - 1, k))
     like.setdefault(k, cell_in)
     call = lambda: cells.forward[k](cell_in, phase_loop.Index(m), cells.params[k])
-    with tf.device(device), tf.control_dependencies(state.last.get(a.device, [])):
+    with tf.device(device), tf.control_dependencies(self._Last(state, a.device)):
       if a.keep == plan_lib.KEEP_ACTIVATIONS and self.split:
         def Recorded():
           recorded = split_backward.Record(lambda x, params: cells.body[k](x, phase_loop.Index(m), params, False),
@@ -275,7 +292,7 @@ class _Interpreter:
         push = not isinstance(m, int) or m in self.pushed[k]
         if push or self.pushed[k]:
           varying = cells.saving[k].Varying(cell_in, cells.params[k], saved)
-          state.saved[k] = saved_stack.Push(state.saved.get(k), varying, device, push)
+          state.saved[k] = tensor_lists.Push(state.saved.get(k), varying, device, push)
         if not push:
           tapes[(m, k)] = saved
       elif a.keep == plan_lib.KEEP_ACTIVATIONS:
@@ -303,6 +320,7 @@ class _Interpreter:
       like['out'] = cell_out  # Only its structure is used.
       state.outputs[k] = _Write(state.outputs.get(k), m, cell_out, num_micro, device)
     state.last[a.device] = tf.nest.flatten(cell_out)
+    self.sums_of.pop(a.device, None)
     with tf.device(device):
       merged = state.moments.get(k, {})
       state.moments[k] = {path: merged[path].Merge(part) if path in merged else part
@@ -327,7 +345,7 @@ class _Interpreter:
         saved = kept.tapes.pop((m, k))
       else:
         specs = saving.VaryingSpecs(kept.like[k], cells.params[k])
-        state.saved[k], varying = saved_stack.Pop(state.saved[k], specs, device)
+        state.saved[k], varying = tensor_lists.Pop(state.saved[k], specs, device)
         with tf.device(device):
           saved = saving.Restore(kept.like[k], cells.params[k], varying)
     else:
@@ -341,7 +359,7 @@ class _Interpreter:
     if self.split:
       return self._InputGradients(a, m, state, cell_in if a.recompute else None, upstream,
                                   None if a.recompute else recorded)
-    with tf.device(device), tf.control_dependencies(state.last.get(a.device, [])):
+    with tf.device(device), tf.control_dependencies(self._Last(state, a.device)):
       # A cell's first backward starts the sum with its own gradients (no zeros to add them to: one weights-sized
       # fill and add fewer per cell and step).
       acc = state.accumulated.get(k)
@@ -370,7 +388,8 @@ class _Interpreter:
     # rewrites the chain of adds into one AddN, which keeps every micro-batch's gradients alive until the last.
     # The price is on one device with idle threads (K=1, M=4, one process: 0.57 -> 0.47 of the plain model).
     floats = [g for g in in_grads if g is not None]
-    state.last[a.device] = floats + list(state.accumulated[k])
+    state.last[a.device] = floats
+    self.sums_of[a.device] = k
     if k > 0:
       state.produced[k] = in_grads
     else:
@@ -405,7 +424,7 @@ class _Interpreter:
     `recorded` tapes); what the weight gradients need waits for the WEIGHT action."""
     cells, k = self.cells, a.cell
     device = cells.devices[k]
-    with tf.device(device), tf.control_dependencies(state.last.get(a.device, [])):
+    with tf.device(device), tf.control_dependencies(self._Last(state, a.device)):
       def Call():
         nonlocal recorded
         if recorded is None:
@@ -423,6 +442,7 @@ class _Interpreter:
     # The device's next action waits for all B computed: its input gradients, and (cell 0's inputs may have none,
     # e.g. token ids) the activation gradients it leaves for W.
     pending = self.pending[(m, k)]
+    self.sums_of.pop(a.device, None)
     state.last[a.device] = floats + [g for grads in pending.read_grads if grads for g in grads if g is not None] + [
         g for g in pending.swept if g is not None]
     return state
@@ -431,14 +451,15 @@ class _Interpreter:
     """A WEIGHT action: the deferred weight gradients of micro-batch m's split BACKWARD, added to the sum."""
     k, device = a.cell, self.cells.devices[a.cell]
     pending = self.pending.pop((m, k))
-    with tf.device(device), tf.control_dependencies(state.last.get(a.device, [])):
+    with tf.device(device), tf.control_dependencies(self._Last(state, a.device)):
       acc = state.accumulated.get(k)
 
       def Call():
         grads = split_backward.WeightGrads(pending)
         return grads if acc is None else [x + g for x, g in zip(acc, grads)]
       state.accumulated[k] = list(self._Run(state, a, m, device, acc or [], Call, False))
-    state.last[a.device] = list(state.accumulated[k])
+    state.last[a.device] = []
+    self.sums_of[a.device] = k
     return state
 
 
@@ -471,7 +492,7 @@ def Forward(plan, cells, micro, stacked, recorder=None, name='', loop=True):
   action's timestamps are added to it as pipeline `name`'s forward pass."""
   inputs = phase_loop.MicroBatches(micro, stacked, cells.devices[0])
   run = _Interpreter(plan, cells, inputs=inputs, recording=recorder is not None, loop=loop)
-  state = phase_loop.RunPhase(plan, plan_lib.FORWARD, run, _EmptyState(), loop, run.saves)
+  state = phase_loop.RunPhase(plan, plan_lib.FORWARD, run, _EmptyState(), loop, run.saves, run.Invariant())
   _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan)
   with tf.device(cells.devices[-1]):  # Stacked where they were written: no copy.
     outputs = tf.nest.pack_sequence_as(run.kept.like['out'],
@@ -492,6 +513,10 @@ def Backward(plan, cells, dy_micro, dy_stacked, kept, recorder=None, name='', lo
   run = _Interpreter(plan, cells, upstreams=upstreams, kept=kept, recording=recorder is not None, loop=loop)
   # Each device's first backward waits for its last forward (a re-computation may start before its gradient).
   start = _EmptyState()._replace(last=dict(kept.last or {}), saved=dict(kept.saved or {}))
+  # The backward pass's loop captures the parameters as they are. Packed there too (phase_loop.Invariant), the dense
+  # workload's peak rose (K=2, M=8, remat 'always': medians 91 against 82 MiB, six alternating runs each), even
+  # with the packed parameters carried but not read; in a TensorArray, 85 against 82 (eight and five runs), within
+  # the noise or not. Not understood yet; the forward pass's loop packed measured 81-82.
   state = phase_loop.RunPhase(plan, plan_lib.BACKWARD, run, start, loop, run.saves)
   _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.RECOMPUTE, cells.devices, state, plan)

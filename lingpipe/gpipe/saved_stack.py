@@ -6,14 +6,10 @@ unrolled and the graph grew with M (12-layer Transformer, K=4: 6.1 s to the firs
 GPipe each cell's backwards read what its forwards kept in the reverse order (forwards 0..M-1, backwards M-1..0:
 `LastInFirstOut`), so a forward in the loop pushes the tensors its backward reads
 (cell_gradient.CellGradient.SavingForward) on the cell's stack, and the backward pops them and frees them once
-used. A stack is one TensorList per dtype, whatever the shapes: each is one loop variable, where a list per tensor
-would make about 90 for a cell of 4 Transformer layers, each lowered to five or six control-flow nodes. Forwards and
-backwards outside the loops keep theirs by micro-batch instead (`Pushed`).
+used. A stack is one TensorList per dtype, whatever the shapes (tensor_lists.Push and Pop): each is one loop
+variable, where a list per tensor would make about 90 for a cell of 4 Transformer layers, each lowered to five
+control-flow nodes. Forwards and backwards outside the loops keep theirs by micro-batch instead (`Pushed`).
 """
-
-import tensorflow as tf
-from tensorflow.python.ops import gen_list_ops  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.ops import list_ops  # pylint: disable=g-direct-tensorflow-import
 
 from lingpipe.gpipe import phase_loop
 from lingpipe.gpipe import plan as plan_lib
@@ -48,29 +44,3 @@ def Pushed(plan, cell, loop=True):
     if looped is not None:
       pushed.update(_KeptOrUsed(plan, cell, phase, slice(looped[0], looped[1])))
   return pushed
-
-
-def Push(stacks, tensors, device, push=True):
-  """{dtype name: TensorList}: `stacks` (created empty on `device` when None) with `tensors` pushed in order, or
-  only created (push=False)."""
-  with tf.device(device):
-    stacks = dict(stacks or {})
-    for t in tensors:
-      stack = stacks.get(t.dtype.name)
-      if stack is None:
-        stack = list_ops.empty_tensor_list(None, t.dtype)
-      stacks[t.dtype.name] = list_ops.tensor_list_push_back(stack, t) if push else stack
-  return stacks
-
-
-def Pop(stacks, specs, device):
-  """(stacks without what a Push of tensors like `specs` (tf.TensorSpec) added last, those tensors): popped,
-  they are freed once used."""
-  stacks, popped = dict(stacks), [None] * len(specs)
-  with tf.device(device):
-    unknown_shape = tf.constant(-1)  # One for all (list_ops.tensor_list_pop_back makes one per pop).
-    for i in reversed(range(len(specs))):
-      key = specs[i].dtype.name
-      stacks[key], popped[i] = gen_list_ops.tensor_list_pop_back(stacks[key], unknown_shape, specs[i].dtype)
-      popped[i].set_shape(specs[i].shape)
-  return stacks, popped
