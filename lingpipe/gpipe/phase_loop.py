@@ -122,7 +122,8 @@ class Invariant:
   dtype instead, passed on unchanged, and each iteration pops the tensors from it. 12-layer Transformer at K=4,
   remat 'always', M=32: 144 parameters captured by the forward pass's loop; with them packed (and each gradient sum
   carried once, executor._Interpreter._Last), 3,624 nodes in the step's graph against 4,448, as grappler counts
-  them (920 at M=4, where nothing loops). The executor packs them for the forward pass only (see Backward).
+  them (920 at M=4, where nothing loops). The executor packs them for the forward pass only (executor.Backward
+  says why).
   """
 
   def __init__(self, groups, devices, use):
