@@ -42,6 +42,24 @@ def test_batch_lists_and_the_decomposition_multiplies_out():
   assert row['ideal'] == pytest.approx(1.6) and row['schedule_ratio'] == pytest.approx(1.3 / 0.8 / 1.6)
 
 
+def test_the_schedule_gain_factors_into_work_balance_and_busy_from_the_workers_cpu():
+  times = {'K=1,M=4': 1.0, 'K=2,M=4': 0.7}
+  # K=1: worker 0 computes 0.95 s of its 1 s step. K=2: 0.55 and 0.5 s (more work in all, cell 1 the busier).
+  cpu = {'K=1,M=4': [0.95, 0.0], 'K=2,M=4': [0.5, 0.55]}
+  row = workloads.ScheduleByWorker(times, cpu, 2, [4])[4]
+  assert 2 * row['work'] * row['balance'] * row['busy'] == pytest.approx(row['schedule']) == pytest.approx(1 / 0.7)
+  assert row['work'] == pytest.approx(0.95 / 1.05) and row['balance'] == pytest.approx(0.525 / 0.55)
+  assert row['busy'] == pytest.approx((0.55 / 0.7) / 0.95) and row['ideal_busy'] == pytest.approx(0.8)
+
+
+def test_the_multiprocess_benchmark_medians_each_worker_cpu_over_rounds():
+  import multiprocess_benchmark  # pylint: disable=g-import-not-at-top
+  rounds = [{'K=2,M=4': dict(step_s=s, first_step_s=1.0, worker_cpu_s=c)}
+            for s, c in ((0.3, [0.2, 0.3]), (0.5, [0.1, 0.25]), (0.4, [0.4, 0.26]))]
+  assert multiprocess_benchmark.MedianRows(rounds) == {
+      'K=2,M=4': dict(step_s=0.4, first_step_s=1.0, worker_cpu_s=[0.2, 0.26])}
+
+
 def test_the_multiprocess_benchmark_says_when_the_machine_was_busy():
   import multiprocess_benchmark  # pylint: disable=g-import-not-at-top
   assert multiprocess_benchmark.NoiseWarnings(1.97, {4: [1.50, 1.55], 8: [1.60, 1.62]}) == []

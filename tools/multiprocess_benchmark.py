@@ -12,13 +12,15 @@ each); `client`, a trainer-like process that connects to them with lingpipe's re
 step (forward, backward, gradients left on the workers) of a PipeliningLayer with K=2 and with K=1 (on one worker)
 for each M. The last columns compare K=2 with K=1 at the same M, i.e. with the cost of small micro-batches on a CPU
 taken out; the last table factors the speed-up over the plain model into the one-cell pipeline's cost, the
-micro-batch efficiency and the schedule's gain (workloads.Decomposition), and the last lines what one hand-off of a
-micro-batch's activations between the workers costs their cores in CPU time (tools/handoff_cost.py, measured by the
-first round's client), beside the compute of a micro-batch on one cell. Everything is timed in one run, side by
-side, so the ratios are comparable on a noisy machine; --rounds=N repeats the plain process and the client in turn N
-times against the same workers, so a slow minute of the machine weighs on both: each step time is then the median
-over the rounds, and the speed-up table also gives the lowest and highest round's. The run ends with a warning
-where its own figures show the machine was busy (NoiseWarnings).
+micro-batch efficiency and the schedule's gain (workloads.Decomposition), the next one that gain into the work the
+pipeline adds, the balance of the cells and the busiest worker's share of the step, from the workers' CPU times
+(workloads.ScheduleByWorker), and the last lines what one hand-off of a micro-batch's activations between the
+workers costs their cores in CPU time (tools/handoff_cost.py, measured by the first round's client), beside the
+compute of a micro-batch on one cell. Everything is timed in one run, side by side, so the ratios are comparable on
+a noisy machine; --rounds=N repeats the plain process and the client in turn N times against the same workers, so a
+slow minute of the machine weighs on both: each step time is then the median over the rounds, and the speed-up table
+also gives the lowest and highest round's. The run ends with a warning where its own figures show the machine was
+busy (NoiseWarnings).
 """
 
 import argparse
@@ -58,6 +60,7 @@ def _Args(argv=None):
   parser.add_argument('--role', default='main', choices=['main', 'plain', 'client'], help=argparse.SUPPRESS)
   parser.add_argument('--cluster_spec', default=None, help=argparse.SUPPRESS)
   parser.add_argument('--worker_pids', default='', help=argparse.SUPPRESS)
+  parser.add_argument('--handoffs', action='store_true', help=argparse.SUPPRESS)  # The client measures them.
   return parser.parse_args(argv)
 
 
@@ -67,10 +70,11 @@ def _Model(args):
   return workload.layers, workload.inputs
 
 
-def _TimeSteps(layer, inputs, steps, mesh=None):
+def _TimeSteps(layer, inputs, steps, mesh=None, pids=()):
   """Median seconds of a training step (forward + backward; each variable's squared gradient is summed on its own
   device, so no gradient travels to this process). Like the trainer, the step runs under the mesh's placement, so
-  what lies outside the pipeline's own placement (the loss, a K=1 layer's backward) runs on a worker."""
+  what lies outside the pipeline's own placement (the loss, a K=1 layer's backward) runs on a worker. With the
+  workers' `pids`, also each one's CPU seconds per timed step ('worker_cpu_s', from /proc)."""
   import contextlib  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.core import context  # pylint: disable=g-import-not-at-top
@@ -96,11 +100,15 @@ def _TimeSteps(layer, inputs, steps, mesh=None):
   first = time.perf_counter() - start
   Step(inputs)[1].numpy()
   times = []
+  cpu = [handoff_cost.ProcessCpuSeconds(pid) for pid in pids]
   for _ in range(steps):
     start = time.perf_counter()
     Step(inputs)[1].numpy()
     times.append(time.perf_counter() - start)
-  return dict(step_s=statistics.median(times), first_step_s=first)
+  result = dict(step_s=statistics.median(times), first_step_s=first)
+  if pids:
+    result['worker_cpu_s'] = [(handoff_cost.ProcessCpuSeconds(pid) - c) / steps for pid, c in zip(pids, cpu)]
+  return result
 
 
 def _MeanSquare(out):
@@ -139,6 +147,7 @@ def _Client(args):
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
   mesh = remote.Connect(remote.ParseClusterSpec(args.cluster_spec), cluster.Params(), 2)
   layers, inputs = _Model(args)
+  pids = [int(pid) for pid in args.worker_pids.split(',') if pid]
   results = {}
   micro = list(map(int, args.micro_batches.split(',')))
   schedules = Schedules(args.schedule)
@@ -153,9 +162,9 @@ def _Client(args):
           name='net', layers=[l.Copy() for l in layers], num_splits=k, num_micro_batches=m,
           remat=args.remat, schedule=name, virtual_stages=v, loop_phases=not args.unroll).Instantiate()
     key = RowKey(k, m, label, first[0])
-    results[key] = _TimeSteps(layer, inputs, args.steps, mesh)
+    results[key] = _TimeSteps(layer, inputs, args.steps, mesh, pids)
     print('  %-24s %.3f s/step' % (key, results[key]['step_s']), file=sys.stderr, flush=True)
-  if args.worker_pids:  # What a hand-off at the cut costs the workers' cores (handoff_cost.py), per M.
+  if args.handoffs:  # What a hand-off at the cut costs the workers' cores (handoff_cost.py), per M.
     results[HANDOFF] = _HandOffs(args, mesh, layers, inputs, micro)
   if args.remat != 'never':  # The cost of re-materialization on one device, at each M (RematTarget).
     for m in micro:
@@ -164,7 +173,7 @@ def _Client(args):
             name='net', layers=[l.Copy() for l in layers], num_splits=1, num_micro_batches=m,
             remat='never', loop_phases=not args.unroll).Instantiate()
       key = 'K=1,M=%d,never' % m
-      results[key] = _TimeSteps(layer, inputs, args.steps, mesh)
+      results[key] = _TimeSteps(layer, inputs, args.steps, mesh, pids)
       print('  %-24s %.3f s/step' % (key, results[key]['step_s']), file=sys.stderr, flush=True)
   return results
 
@@ -253,9 +262,14 @@ def _RunChild(role, extra, pin=None):
 
 
 def MedianRows(rows):
-  """{key: {'step_s', 'first_step_s'}} with each the median of those in `rows` (one such dict per round)."""
-  return {key: {field: statistics.median(r[key][field] for r in rows) for field in ('step_s', 'first_step_s')}
-          for key in rows[0]}
+  """{key: {'step_s', 'first_step_s'[, 'worker_cpu_s']}} with each the median of those in `rows` (one such dict per
+  round; 'worker_cpu_s' worker by worker)."""
+  out = {}
+  for key in rows[0]:
+    out[key] = {field: statistics.median(r[key][field] for r in rows) for field in ('step_s', 'first_step_s')}
+    if 'worker_cpu_s' in rows[0][key]:
+      out[key]['worker_cpu_s'] = [statistics.median(each) for each in zip(*(r[key]['worker_cpu_s'] for r in rows))]
+  return out
 
 
 def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat='never',
@@ -284,7 +298,7 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
     for r in range(rounds):
       if r:
         plains.append(_RunChild('plain', flags, pin={cores[0]})['plain'])
-      pids = [] if r else ['--worker_pids=' + ','.join(str(p.pid) for p in workers.processes)]
+      pids = ['--worker_pids=' + ','.join(str(p.pid) for p in workers.processes)] + ([] if r else ['--handoffs'])
       remotes.append(_RunChild('client', flags + ['--cluster_spec=' + workers.spec_text] + pids))
   handoffs = {int(m): row for m, row in remotes[0].pop(HANDOFF).items()}  # The first round's (JSON keys: text).
   plain = dict(MedianRows([{'plain': p} for p in plains])['plain'], kernels=plains[0]['kernels'])
@@ -341,6 +355,12 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   print('where the time goes (vs plain: the pinned plain process; the other step times on the workers):')
   results['decomposition'] = workloads.Decomposition(
       plain['step_s'], {key: row['step_s'] for key, row in remote_rows.items()}, 2, micro_batches)
+  print("%s's gain from the workers' CPU time (/proc; work: K=1's CPU time over the workers' together; balance: the "
+        "mean worker's over the busiest's; busy: the busiest's share of the step, over K=1's):" % Schedules(
+            schedule_name)[0][0])
+  results['schedule_by_worker'] = workloads.ScheduleByWorker(
+      {key: row['step_s'] for key, row in remote_rows.items()},
+      {key: row['worker_cpu_s'] for key, row in remote_rows.items()}, 2, micro_batches)
   PrintHandOffs(handoffs, remote_rows, micro_batches)
   results[HANDOFF] = handoffs
   results['warnings'] = NoiseWarnings(ceiling, {m: row['per_round'] for m, row in results['speedup'].items()})

@@ -88,6 +88,28 @@ def Decomposition(plain_s, times, num_splits, micro_batches):
   return rows
 
 
+def ScheduleByWorker(times, cpu, num_splits, micro_batches):
+  """Per M, the schedule's gain (K=1,M / K,M step time) as a product of what the workers' CPU times show:
+  K x work x balance x busy, where `work` is the CPU time K=1 spends on a step over what the K workers spend
+  together (below 1: the pipeline adds work, e.g. hand-offs), `balance` the mean worker's CPU time over the busiest
+  one's (the cells' imbalance), and `busy` the busiest worker's CPU time over the K-cell step time, over K=1's
+  worker's over its own step time (what is left: the bubble and the waits). Its ideal is the bubble's alone,
+  M/(M+K-1). `times`: {'K=k,M=m': step seconds}; `cpu`: {'K=k,M=m': [CPU seconds per step of each worker]}
+  (K=1's: worker 0 holds its cell, the others idle). Prints the table; returns {M: row}."""
+  k = num_splits
+  print('%-4s %9s  = %d x %6s x %8s x %6s %11s' % ('M', 'K=%d/K=1' % k, k, 'work', 'balance', 'busy', 'ideal busy'))
+  rows = {}
+  for m in micro_batches:
+    one, many = 'K=1,M=%d' % m, 'K=%d,M=%d' % (k, m)
+    row = dict(schedule=times[one] / times[many], work=sum(cpu[one]) / sum(cpu[many]),
+               balance=sum(cpu[many]) / k / max(cpu[many]),
+               busy=(max(cpu[many]) / times[many]) / (sum(cpu[one]) / times[one]), ideal_busy=m / (m + k - 1))
+    rows[m] = row
+    print('%-4d %9.2f  = %d x %6.2f x %8.2f x %6.2f %11.2f' % (m, row['schedule'], k, row['work'], row['balance'],
+                                                            row['busy'], row['ideal_busy']), flush=True)
+  return rows
+
+
 def Make(workload, **sizes):
   """The workload with `sizes` (DEFAULTS for those not given)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
