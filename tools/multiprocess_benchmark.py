@@ -353,14 +353,12 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   if remat != 'never':
     results['remat_target'] = RematTarget(plain['step_s'], remote_rows, remat, micro_batches)
   print('where the time goes (vs plain: the pinned plain process; the other step times on the workers):')
-  results['decomposition'] = workloads.Decomposition(
-      plain['step_s'], {key: row['step_s'] for key, row in remote_rows.items()}, 2, micro_batches)
+  step_times = {key: row['step_s'] for key, row in remote_rows.items()}
+  results['decomposition'] = workloads.Decomposition(plain['step_s'], step_times, 2, micro_batches)
   print("%s's gain from the workers' CPU time (/proc; work: K=1's CPU time over the workers' together; balance: the "
-        "mean worker's over the busiest's; busy: the busiest's share of the step, over K=1's):" % Schedules(
-            schedule_name)[0][0])
+        "mean worker's over the busiest's; busy: the busiest's share of the step, over K=1's):" % schedules[0][0])
   results['schedule_by_worker'] = workloads.ScheduleByWorker(
-      {key: row['step_s'] for key, row in remote_rows.items()},
-      {key: row['worker_cpu_s'] for key, row in remote_rows.items()}, 2, micro_batches)
+      step_times, {key: row['worker_cpu_s'] for key, row in remote_rows.items()}, 2, micro_batches)
   PrintHandOffs(handoffs, remote_rows, micro_batches)
   results[HANDOFF] = handoffs
   results['warnings'] = NoiseWarnings(ceiling, {m: row['per_round'] for m, row in results['speedup'].items()})
