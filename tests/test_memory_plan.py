@@ -88,9 +88,11 @@ def test_prediction_bounds_the_measured_peak_closely(remat):
   """One process: every logical device uses one allocator and the weights exist before the step, so the step's
   measured peak compares with the devices' predicted gradients, stash and working sets summed (StepBytes). The
   devices' peaks need not coincide, and their overlap varies run to run (11.9-16 MiB measured for 'always'), so the
-  sum is an upper bound. The lower bound is one device at its peak with the gradients of the cells after it, whose
-  backwards ran earlier and whose gradients live to the step's end. The bounds are 1.5-1.9x apart, so a prediction
-  halved or doubled falls outside. The benchmark's remat section compares a larger MLP (1.04-1.07 of measured)."""
+  sum is an upper bound. The lower bound is one device at its peak with the gradient sums of the cells after it,
+  whose backwards ran earlier: their sums (one copy of their weights) live to the step's end, but not the
+  micro-batch gradient that was in flight beside each sum (counting it, 11.5 MiB, failed CI at 10.9 measured for
+  'except_last'). The bounds are 1.8-1.9x apart, so a prediction halved or doubled falls outside. The benchmark's
+  remat section compares a larger MLP (1.04-1.07 of measured)."""
   num_layers, dim, batch, num_micro = 16, 256, 1024, 4
   pipe = pipelining_layer.PipeliningLayer.Params().Set(
       name='planned_%s' % remat, layers=_Mlp(num_layers, dim), num_splits=2, num_micro_batches=num_micro,
@@ -108,7 +110,7 @@ def test_prediction_bounds_the_measured_peak_closely(remat):
   layers = memory_plan.DescribeLayers(_Mlp(num_layers, dim), [batch, dim])
   cells = memory_plan.CellMemories(layers, [num_layers // 2] * 2, num_micro, remat)
   upper = memory_plan.StepBytes(cells)
-  lower = max(c.gradients + c.stash + c.working + sum(later.gradients for later in cells[k + 1:])
+  lower = max(c.gradients + c.stash + c.working + sum(later.weights for later in cells[k + 1:])
               for k, c in enumerate(cells))
   assert 0.95 * lower <= measured <= upper / 0.95, (lower / 2**20, measured / 2**20, upper / 2**20)
 
