@@ -50,14 +50,20 @@ def test_the_schedule_gain_factors_into_work_balance_and_busy_from_the_workers_c
   assert 2 * row['work'] * row['balance'] * row['busy'] == pytest.approx(row['schedule']) == pytest.approx(1 / 0.7)
   assert row['work'] == pytest.approx(0.95 / 1.05) and row['balance'] == pytest.approx(0.525 / 0.55)
   assert row['busy'] == pytest.approx((0.55 / 0.7) / 0.95) and row['ideal_busy'] == pytest.approx(0.8)
+  assert 'extra_op' not in row
+  # Of the 0.1 s more: 0.06 on the threads that run ops (0.9 -> 0.96), 0.04 on the others (0.05 -> 0.09).
+  op_cpu = {'K=1,M=4': [0.9, 0.0], 'K=2,M=4': [0.46, 0.5]}
+  row = workloads.ScheduleByWorker(times, cpu, 2, [4], op_cpu)[4]
+  assert row['extra_op'] == pytest.approx(0.06 / 0.95) and row['extra_other'] == pytest.approx(0.04 / 0.95)
+  assert 1 + row['extra_op'] + row['extra_other'] == pytest.approx(1 / row['work'])
 
 
 def test_the_multiprocess_benchmark_medians_each_worker_cpu_over_rounds():
   import multiprocess_benchmark  # pylint: disable=g-import-not-at-top
-  rounds = [{'K=2,M=4': dict(step_s=s, first_step_s=1.0, worker_cpu_s=c)}
+  rounds = [{'K=2,M=4': dict(step_s=s, first_step_s=1.0, worker_cpu_s=c, worker_op_cpu_s=[x - 0.01 for x in c])}
             for s, c in ((0.3, [0.2, 0.3]), (0.5, [0.1, 0.25]), (0.4, [0.4, 0.26]))]
   assert multiprocess_benchmark.MedianRows(rounds) == {
-      'K=2,M=4': dict(step_s=0.4, first_step_s=1.0, worker_cpu_s=[0.2, 0.26])}
+      'K=2,M=4': dict(step_s=0.4, first_step_s=1.0, worker_cpu_s=[0.2, 0.26], worker_op_cpu_s=[0.19, 0.25])}
 
 
 def test_the_multiprocess_benchmark_says_when_the_machine_was_busy():

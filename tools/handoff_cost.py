@@ -26,11 +26,33 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COPIES = 10  # per call of the measured function: a call's own fixed cost is spread over them
 
 
-def ProcessCpuSeconds(pid):
-  """User + system CPU seconds of process `pid` so far (Linux /proc)."""
-  with open('/proc/%d/stat' % pid) as f:
+def _StatCpuSeconds(path):
+  """User + system CPU seconds in a /proc stat file."""
+  with open(path) as f:
     fields = f.read().rsplit(')', 1)[1].split()  # The command name may hold spaces; it ends at the last ')'.
   return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def ProcessCpuSeconds(pid):
+  """User + system CPU seconds of process `pid` so far (Linux /proc)."""
+  return _StatCpuSeconds('/proc/%d/stat' % pid)
+
+
+def OpThreadCpuSeconds(pid):
+  """User + system CPU seconds so far of the threads of process `pid` that run TensorFlow's ops: its thread pools,
+  whose threads it names tf_<pool> (tf_Compute, the inter-op pool; intra-op pools). The rest of ProcessCpuSeconds
+  is the other threads': gRPC's, the RPC handlers' (unnamed: they carry the process's name), Python's. A thread
+  that exited is not counted here; the pools' threads live as long as the process."""
+  total = 0.0
+  for tid in os.listdir('/proc/%d/task' % pid):
+    try:
+      with open('/proc/%d/task/%s/comm' % (pid, tid)) as f:
+        if not f.read().startswith('tf_'):
+          continue
+      total += _StatCpuSeconds('/proc/%d/task/%s/stat' % (pid, tid))
+    except OSError:  # The thread exited meanwhile.
+      continue
+  return total
 
 
 def Measure(devices, pids, sizes, steps=20):

@@ -14,7 +14,8 @@ for each M. The last columns compare K=2 with K=1 at the same M, i.e. with the c
 taken out; the last table factors the speed-up over the plain model into the one-cell pipeline's cost, the
 micro-batch efficiency and the schedule's gain (workloads.Decomposition), the next one that gain into the work the
 pipeline adds, the balance of the cells and the busiest worker's share of the step, from the workers' CPU times
-(workloads.ScheduleByWorker), and the last lines what one hand-off of a micro-batch's activations between the
+(workloads.ScheduleByWorker; the added work is split between the threads that run ops and the others, gRPC's and
+the RPC handlers'), and the last lines what one hand-off of a micro-batch's activations between the
 workers costs their cores in CPU time (tools/handoff_cost.py, measured by the first round's client), beside the
 compute of a micro-batch on one cell. Everything is timed in one run, side by side, so the ratios are comparable on
 a noisy machine; --rounds=N repeats the plain process and the client in turn N times against the same workers, so a
@@ -74,7 +75,8 @@ def _TimeSteps(layer, inputs, steps, mesh=None, pids=()):
   """Median seconds of a training step (forward + backward; each variable's squared gradient is summed on its own
   device, so no gradient travels to this process). Like the trainer, the step runs under the mesh's placement, so
   what lies outside the pipeline's own placement (the loss, a K=1 layer's backward) runs on a worker. With the
-  workers' `pids`, also each one's CPU seconds per timed step ('worker_cpu_s', from /proc)."""
+  workers' `pids`, also each one's CPU seconds per timed step ('worker_cpu_s', from /proc), and those of its threads
+  that run ops ('worker_op_cpu_s': TensorFlow's thread pools; the rest is gRPC's and the RPC handlers')."""
   import contextlib  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.core import context  # pylint: disable=g-import-not-at-top
@@ -101,6 +103,7 @@ def _TimeSteps(layer, inputs, steps, mesh=None, pids=()):
   Step(inputs)[1].numpy()
   times = []
   cpu = [handoff_cost.ProcessCpuSeconds(pid) for pid in pids]
+  op_cpu = [handoff_cost.OpThreadCpuSeconds(pid) for pid in pids]
   for _ in range(steps):
     start = time.perf_counter()
     Step(inputs)[1].numpy()
@@ -108,6 +111,7 @@ def _TimeSteps(layer, inputs, steps, mesh=None, pids=()):
   result = dict(step_s=statistics.median(times), first_step_s=first)
   if pids:
     result['worker_cpu_s'] = [(handoff_cost.ProcessCpuSeconds(pid) - c) / steps for pid, c in zip(pids, cpu)]
+    result['worker_op_cpu_s'] = [(handoff_cost.OpThreadCpuSeconds(pid) - c) / steps for pid, c in zip(pids, op_cpu)]
   return result
 
 
@@ -262,13 +266,14 @@ def _RunChild(role, extra, pin=None):
 
 
 def MedianRows(rows):
-  """{key: {'step_s', 'first_step_s'[, 'worker_cpu_s']}} with each the median of those in `rows` (one such dict per
-  round; 'worker_cpu_s' worker by worker)."""
+  """{key: {'step_s', 'first_step_s'[, 'worker_cpu_s', 'worker_op_cpu_s']}} with each the median of those in `rows`
+  (one such dict per round; the CPU times worker by worker)."""
   out = {}
   for key in rows[0]:
     out[key] = {field: statistics.median(r[key][field] for r in rows) for field in ('step_s', 'first_step_s')}
-    if 'worker_cpu_s' in rows[0][key]:
-      out[key]['worker_cpu_s'] = [statistics.median(each) for each in zip(*(r[key]['worker_cpu_s'] for r in rows))]
+    for field in ('worker_cpu_s', 'worker_op_cpu_s'):
+      if field in rows[0][key]:
+        out[key][field] = [statistics.median(each) for each in zip(*(r[key][field] for r in rows))]
   return out
 
 
@@ -356,9 +361,12 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   step_times = {key: row['step_s'] for key, row in remote_rows.items()}
   results['decomposition'] = workloads.Decomposition(plain['step_s'], step_times, 2, micro_batches)
   print("%s's gain from the workers' CPU time (/proc; work: K=1's CPU time over the workers' together; balance: the "
-        "mean worker's over the busiest's; busy: the busiest's share of the step, over K=1's):" % schedules[0][0])
+        "mean worker's over the busiest's; busy: the busiest's share of the step, over K=1's; what K=2 spends "
+        "beyond K=1, in K=1's CPU time: on the threads that run ops, and on the others: gRPC, RPC handlers):"
+        % schedules[0][0])
   results['schedule_by_worker'] = workloads.ScheduleByWorker(
-      step_times, {key: row['worker_cpu_s'] for key, row in remote_rows.items()}, 2, micro_batches)
+      step_times, {key: row['worker_cpu_s'] for key, row in remote_rows.items()}, 2, micro_batches,
+      {key: row['worker_op_cpu_s'] for key, row in remote_rows.items()})
   PrintHandOffs(handoffs, remote_rows, micro_batches)
   results[HANDOFF] = handoffs
   results['warnings'] = NoiseWarnings(ceiling, {m: row['per_round'] for m, row in results['speedup'].items()})

@@ -88,25 +88,34 @@ def Decomposition(plain_s, times, num_splits, micro_batches):
   return rows
 
 
-def ScheduleByWorker(times, cpu, num_splits, micro_batches):
+def ScheduleByWorker(times, cpu, num_splits, micro_batches, op_cpu=None):
   """Per M, the schedule's gain (K=1,M / K,M step time) as a product of what the workers' CPU times show:
   K x work x balance x busy, where `work` is the CPU time K=1 spends on a step over what the K workers spend
   together (below 1: the pipeline adds work, e.g. hand-offs), `balance` the mean worker's CPU time over the busiest
   one's (the cells' imbalance), and `busy` the busiest worker's CPU time over the K-cell step time, over K=1's
   worker's over its own step time (what is left: the bubble and the waits). Its ideal is the bubble's alone,
   M/(M+K-1). `times`: {'K=k,M=m': step seconds}; `cpu`: {'K=k,M=m': [CPU seconds per step of each worker]}
-  (K=1's: worker 0 holds its cell, the others idle). Prints the table; returns {M: row}."""
+  (K=1's: worker 0 holds its cell, the others idle). With `op_cpu`, the same for the workers' threads that run ops
+  (handoff_cost.OpThreadCpuSeconds), the work the pipeline adds is split in two, as fractions of K=1's CPU time
+  (1/work - 1 = extra_op + extra_other): on those threads, and on the others (gRPC's, the RPC handlers'). Prints
+  the table; returns {M: row}."""
   k = num_splits
-  print('%-4s %9s  = %d x %6s x %8s x %6s %11s' % ('M', 'K=%d/K=1' % k, k, 'work', 'balance', 'busy', 'ideal busy'))
+  print('%-4s %9s  = %d x %6s x %8s x %6s %11s' % ('M', 'K=%d/K=1' % k, k, 'work', 'balance', 'busy', 'ideal busy')
+        + ('%11s %12s' % ('+ops CPU', '+other CPU') if op_cpu else ''))
   rows = {}
   for m in micro_batches:
     one, many = 'K=1,M=%d' % m, 'K=%d,M=%d' % (k, m)
     row = dict(schedule=times[one] / times[many], work=sum(cpu[one]) / sum(cpu[many]),
                balance=sum(cpu[many]) / k / max(cpu[many]),
                busy=(max(cpu[many]) / times[many]) / (sum(cpu[one]) / times[one]), ideal_busy=m / (m + k - 1))
+    extra = ''
+    if op_cpu:
+      row['extra_op'] = (sum(op_cpu[many]) - sum(op_cpu[one])) / sum(cpu[one])
+      row['extra_other'] = (sum(cpu[many]) - sum(op_cpu[many]) - sum(cpu[one]) + sum(op_cpu[one])) / sum(cpu[one])
+      extra = '%10.1f%% %11.1f%%' % (100 * row['extra_op'], 100 * row['extra_other'])
     rows[m] = row
     print('%-4d %9.2f  = %d x %6.2f x %8.2f x %6.2f %11.2f' % (m, row['schedule'], k, row['work'], row['balance'],
-                                                            row['busy'], row['ideal_busy']), flush=True)
+                                                            row['busy'], row['ideal_busy']) + extra, flush=True)
   return rows
 
 
