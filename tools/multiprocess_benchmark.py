@@ -15,9 +15,9 @@ taken out; the last table factors the speed-up over the plain model into the one
 micro-batch efficiency and the schedule's gain (workloads.Decomposition), the next one that gain into the work the
 pipeline adds, the balance of the cells and the busiest worker's share of the step, from the workers' CPU times
 (workloads.ScheduleByWorker; the added work is split between the threads that run ops and the others, gRPC's and
-the RPC handlers'), and the last lines what one hand-off of a micro-batch's activations between the
-workers costs their cores in CPU time (tools/handoff_cost.py, measured by the first round's client), beside the
-compute of a micro-batch on one cell. Everything is timed in one run, side by side, so the ratios are comparable on
+the RPC handlers'), and the last lines what one hand-off of a micro-batch's activations between the workers costs
+their cores in CPU time (tools/handoff_cost.py, measured by the first round's client), beside the compute of a
+micro-batch on one cell. Everything is timed in one run, side by side, so the ratios are comparable on
 a noisy machine; --rounds=N repeats the plain process and the client in turn N times against the same workers, so a
 slow minute of the machine weighs on both: each step time is then the median over the rounds, and the speed-up table
 also gives the lowest and highest round's. The run ends with a warning where its own figures show the machine was

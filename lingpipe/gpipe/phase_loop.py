@@ -128,18 +128,18 @@ class Invariant:
 
   def __init__(self, groups, devices, use):
     self._groups, self._devices, self._use = [list(g) for g in groups], list(devices), use
+    # Per group, what a TensorList can hold (resource handles are captured as they are).
+    self._listed = [[t for t in group if tensor_lists.Listable(t)] for group in self._groups]
 
   def Packed(self):
     """A loop variable: per group, {dtype name: TensorList of its tensors}."""
-    return [tensor_lists.Push(None, [t for t in group if tensor_lists.Listable(t)], device)
-            for group, device in zip(self._groups, self._devices)]
+    return [tensor_lists.Push(None, listed, device) for listed, device in zip(self._listed, self._devices)]
 
   @contextlib.contextmanager
   def Unpacked(self, packed):
     """Within this block (the loop body's trace), the actions read the tensors popped from `packed`."""
     groups = []
-    for group, device, lists in zip(self._groups, self._devices, packed):
-      listed = [t for t in group if tensor_lists.Listable(t)]
+    for group, listed, device, lists in zip(self._groups, self._listed, self._devices, packed):
       popped = iter(tensor_lists.Pop(lists, tensor_lists.Specs(listed), device)[1])
       groups.append([next(popped) if tensor_lists.Listable(t) else t for t in group])
     self._use(groups)
