@@ -492,8 +492,7 @@ def Forward(plan, cells, micro, stacked, recorder=None, name='', loop=True):
   action's timestamps are added to it as pipeline `name`'s forward pass."""
   inputs = phase_loop.MicroBatches(micro, stacked, cells.devices[0])
   run = _Interpreter(plan, cells, inputs=inputs, recording=recorder is not None, loop=loop)
-  state = phase_loop.RunPhase(plan, plan_lib.FORWARD, run, _EmptyState(), loop, run.saves, run.Invariant(),
-                              cells.devices)
+  state = phase_loop.RunPhase(plan, plan_lib.FORWARD, run, _EmptyState(), loop, run.saves, run.Invariant())
   _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan)
   with tf.device(cells.devices[-1]):  # Stacked where they were written: no copy.
     outputs = tf.nest.pack_sequence_as(run.kept.like['out'],
@@ -518,7 +517,7 @@ def Backward(plan, cells, dy_micro, dy_stacked, kept, recorder=None, name='', lo
   # workload's peak rose (K=2, M=8, remat 'always': medians 91 against 82 MiB, six alternating runs each), even
   # with the packed parameters carried but not read; in a TensorArray, 85 against 82 (eight and five runs), within
   # the noise or not. Not understood yet; the forward pass's loop packed measured 81-82.
-  state = phase_loop.RunPhase(plan, plan_lib.BACKWARD, run, start, loop, run.saves, devices=cells.devices)
+  state = phase_loop.RunPhase(plan, plan_lib.BACKWARD, run, start, loop, run.saves)
   _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.RECOMPUTE, cells.devices, state, plan)
   return _InputGrads(state, kept.like[0], cells.wanted), state.accumulated

@@ -1,14 +1,13 @@
 """How a phase of a Plan becomes TensorFlow control flow: the ticks unrolled, except the steady ones, one loop.
 
 The ticks where the plan repeats one pattern with the micro-batches shifted (`SteadyTicks`) run as one
-`tf.while_loop` whose body is that pattern, with the iteration count a loop variable (one per device: Counters): the
-graph size and time to first step stay nearly flat in M (measured for a 12-layer Transformer at K=4: 256 call sites
-at M=32 took 7 s before the first step unrolled). Ticks before the loop run unrolled and give every loop variable
-its value. A tick whose actions keep activations on a GradientTape is never looped: a tape cannot outlive a loop
-iteration. GPipe's forwards under remat 'never' keep them as data on a stack instead (executor.Cells.Saves), and
-loop. Inside the loop a micro-batch index is a tensor: its inputs are gathered from the stacked micro-batches
-(`MicroBatches`), and the index a cell is called with is always a tensor (`Index`) so that every call shares one
-function.
+`tf.while_loop` whose body is that pattern, with the micro-batch index a loop variable: the graph size and time to
+first step stay nearly flat in M (measured for a 12-layer Transformer at K=4: 256 call sites at M=32 took 7 s before
+the first step unrolled). Ticks before the loop run unrolled and give every loop variable its value. A tick whose
+actions keep activations on a GradientTape is never looped: a tape cannot outlive a loop iteration. GPipe's forwards
+under remat 'never' keep them as data on a stack instead (executor.Cells.Saves), and loop. Inside the loop a
+micro-batch index is a tensor: its inputs are gathered from the stacked micro-batches (`MicroBatches`), and the
+index a cell is called with is always a tensor (`Index`) so that every call shares one function.
 """
 
 import contextlib
@@ -77,18 +76,17 @@ def Loops(plan, phase, loop=True, saves=False):
   return start + 1, stop, step
 
 
-def RunPhase(plan, phase, run_action, state, loop, saves=False, invariant=None, devices=None):
+def RunPhase(plan, phase, run_action, state, loop, saves=False, invariant=None):
   """state = run_action(action, micro_batch, state) for the phase's actions in plan order; with a loop, the
   body's micro-batches are tensors. `saves`: as Loops. `invariant`: what every action reads alike (Invariant),
-  which the loop carries packed. `devices`: per cell, its device; in a loop each device then counts the
-  iterations itself (Counters)."""
+  which the loop carries packed."""
   ticks = plan.Phase(phase).ticks
   looped = Loops(plan, phase, loop, saves)
 
-  def Tick(actions, state, counters=None):
+  def Tick(actions, state, offset=None):
     state = type(state)(*[dict(field) for field in state])  # Each tick builds new dicts: loop vars stay intact.
     for a in actions:
-      m = a.micro_batch if counters is None else counters.MicroBatch(a)
+      m = a.micro_batch if offset is None else a.micro_batch + offset
       state = run_action(a, m, state)
     return state
 
@@ -101,63 +99,18 @@ def RunPhase(plan, phase, run_action, state, loop, saves=False, invariant=None, 
     state = Tick(tick, state)
   count = stop - first
   carried = invariant.Packed() if invariant else ()
-  counters = Counters(ticks[first], step, devices)
 
-  def Body(i, counts, state, carried):
-    counters.Enter(i, counts)
+  def Body(i, state, carried):
     with invariant.Unpacked(carried) if invariant else contextlib.nullcontext():
-      return i + 1, counters.Next(), Tick(ticks[first], state, counters), carried
+      return i + 1, Tick(ticks[first], state, i * step), carried
 
   # Iterations may overlap as far as the data allow, as the unrolled ticks would.
   with _NoLoopBodyControlOutputs():
-    _, _, state, _ = tf.while_loop(lambda i, *_: i < count, Body, (tf.constant(0), counters.Initial(), state, carried),
-                                   parallel_iterations=count, maximum_iterations=count)
+    _, state, _ = tf.while_loop(lambda i, *_: i < count, Body, (tf.constant(0), state, carried),
+                                parallel_iterations=count, maximum_iterations=count)
   for tick in ticks[stop:]:
     state = Tick(tick, state)
   return state
-
-
-class Counters:
-  """The loop's iteration count, kept by every device of the loop body's actions for itself.
-
-  A loop body's actions on another device than the loop counter's read it (their micro-batch is first + i * step)
-  and would receive it from that device on every iteration: one more transfer per iteration and device, across
-  processes an RPC (the step's partition graphs showed it beside the loop condition and the hand-offs). Each device
-  instead carries its own counter as a loop variable and increments it itself."""
-
-  def __init__(self, actions, step, devices):
-    self._step = step
-    self._devices = devices
-    self._names = sorted({devices[a.cell] for a in actions}, key=str) if devices else []
-    self._i, self._counts = None, {}
-
-  def Initial(self):
-    """The loop variable: {device: 0 on that device}."""
-    counts = {}
-    for name in self._names:
-      with tf.device(name):
-        counts[name] = tf.constant(0)
-    return counts
-
-  def Enter(self, i, counts):
-    """In the loop body: the loop's counter and the devices' own."""
-    self._i, self._counts = i, counts
-
-  def Next(self):
-    """The devices' counters for the next iteration, each incremented on its device."""
-    counts = {}
-    for name, count in self._counts.items():
-      with tf.device(name):
-        counts[name] = count + 1
-    return counts
-
-  def MicroBatch(self, a):
-    """Action a's micro-batch in this iteration, computed on a's device."""
-    if not self._devices:
-      return a.micro_batch + self._i * self._step
-    name = self._devices[a.cell]
-    with tf.device(name):
-      return a.micro_batch + self._counts[name] * self._step
 
 
 class Invariant:
