@@ -110,8 +110,9 @@ def ScheduleByWorker(times, cpu, num_splits, micro_batches, op_cpu=None):
                busy=(max(cpu[many]) / times[many]) / (sum(cpu[one]) / times[one]), ideal_busy=m / (m + k - 1))
     extra = ''
     if op_cpu:
+      other = {key: sum(cpu[key]) - sum(op_cpu[key]) for key in (one, many)}  # gRPC's threads, the RPC handlers'.
       row['extra_op'] = (sum(op_cpu[many]) - sum(op_cpu[one])) / sum(cpu[one])
-      row['extra_other'] = (sum(cpu[many]) - sum(op_cpu[many]) - sum(cpu[one]) + sum(op_cpu[one])) / sum(cpu[one])
+      row['extra_other'] = (other[many] - other[one]) / sum(cpu[one])
       extra = '%10.1f%% %11.1f%%' % (100 * row['extra_op'], 100 * row['extra_other'])
     rows[m] = row
     print('%-4d %9.2f  = %d x %6.2f x %8.2f x %6.2f %11.2f' % (m, row['schedule'], k, row['work'], row['balance'],
