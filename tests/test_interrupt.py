@@ -1,6 +1,8 @@
 """runners/interrupt.py: a Ctrl-C that library code swallows still stops the loop at its next Check()."""
 
+import gc
 import signal
+import sys
 import time
 
 import pytest
@@ -18,6 +20,29 @@ def _SwallowingCtrlC():
   except KeyboardInterrupt:
     return True
   return False
+
+
+class _CtrlCInFinalizer:
+  """Ctrl-C arrives while the garbage collector runs this finalizer (CI once met it in TensorFlow's
+  `Executor.__del__`): Python reports the KeyboardInterrupt as unraisable and goes on."""
+
+  def __del__(self):
+    signal.raise_signal(signal.SIGINT)
+    time.sleep(10)  # Never ends: the handler raises at the next bytecode.
+
+
+class _ErrorInFinalizer:
+
+  def __del__(self):
+    raise RuntimeError('a finalizer bug')
+
+
+@pytest.fixture
+def unraisable(monkeypatch):
+  """What Python would print as 'Exception ignored in ...', recorded instead."""
+  reported = []
+  monkeypatch.setattr(sys, 'unraisablehook', reported.append)
+  return reported
 
 
 @pytest.fixture
@@ -54,3 +79,24 @@ def test_an_ignored_sigint_stays_ignored():
       assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
   finally:
     signal.signal(signal.SIGINT, previous)
+
+
+def test_a_ctrl_c_swallowed_by_a_finalizer_is_not_printed_and_still_stops(unraisable):
+  with interrupt.Catching():
+    _CtrlCInFinalizer()  # Collected at once.
+    gc.collect()
+    assert not unraisable  # No 'Exception ignored' traceback before the one-line message.
+    with pytest.raises(KeyboardInterrupt):
+      interrupt.Check()
+  assert sys.unraisablehook == unraisable.append  # pylint: disable=comparison-with-callable
+
+
+def test_other_errors_in_finalizers_are_still_reported(unraisable):
+  with interrupt.Catching():
+    _ErrorInFinalizer()
+    assert [u.exc_type for u in unraisable] == [RuntimeError]
+    _CtrlCInFinalizer()
+    _ErrorInFinalizer()
+    assert [u.exc_type for u in unraisable] == [RuntimeError, RuntimeError]
+  _CtrlCInFinalizer()  # Outside, Python's own report is kept.
+  assert [u.exc_type for u in unraisable] == [RuntimeError, RuntimeError, KeyboardInterrupt]

@@ -1,18 +1,21 @@
-"""Ctrl-C that is never lost.
+"""Ctrl-C that is never lost, and reported in one line.
 
 Python turns SIGINT into a KeyboardInterrupt raised in whatever Python code the main thread runs next. In a
-TensorFlow program that is sometimes code that swallows it (which frame did was not pinned down; a finalizer run by
-the garbage collector, where Python only prints 'Exception ignored in ...', can). The trainer then went on
-training, 1 Ctrl-C in about 50 under load (measured: still training 40 s after the signal, with
-`--max_steps=10000000`).
+TensorFlow program that is sometimes a finalizer run by the garbage collector (CI once caught TensorFlow's
+`Executor.__del__`), where Python swallows it: it only prints 'Exception ignored in ...' and a traceback (through
+`sys.unraisablehook`) and goes on. The trainer then went on training, 1 Ctrl-C in about 50 under load (measured:
+still training 40 s after the signal, with `--max_steps=10000000`).
 
 `Catching()` keeps Python's behaviour (the first Ctrl-C still raises at once, so a long trace or input read stops
 too) and also remembers that it came; loops call `Check()` at their safe points (the train loop: each step), which
-raises it again if it was swallowed.
+raises it again if it was swallowed. Within `Catching()`, Python's report of a swallowed Ctrl-C is dropped, since
+`Check()` raises it again (the report turned the trainer's one-line 'interrupted' message into nine lines); any
+other unraisable exception is reported as before.
 """
 
 import contextlib
 import signal
+import sys
 import threading
 
 _REQUESTED = threading.Event()
@@ -26,18 +29,27 @@ def _Handler(signum, frame):
 
 @contextlib.contextmanager
 def Catching():
-  """Within it, a Ctrl-C raises KeyboardInterrupt and is remembered for Check(). Off the main thread, or when SIGINT
-  is not Python's default handler (ignored by a parent such as nohup, or handled by the caller), it changes nothing."""
+  """Within it, a Ctrl-C raises KeyboardInterrupt and is remembered for Check(), and a finalizer that swallows it
+  prints nothing. Off the main thread, or when SIGINT is not Python's default handler (ignored by a parent such as
+  nohup, or handled by the caller), it changes nothing."""
   if (threading.current_thread() is not threading.main_thread()
       or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
     yield
     return
   _REQUESTED.clear()
+  previous_hook = sys.unraisablehook
+
+  def _DropSwallowedCtrlC(unraisable):
+    if not (_REQUESTED.is_set() and issubclass(unraisable.exc_type, KeyboardInterrupt)):
+      previous_hook(unraisable)
+
   signal.signal(signal.SIGINT, _Handler)
+  sys.unraisablehook = _DropSwallowedCtrlC
   try:
     yield
   finally:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.unraisablehook = previous_hook
     _REQUESTED.clear()
 
 
