@@ -77,7 +77,7 @@ def test_a_first_recomputation_runs_while_its_device_waits_for_the_gradient():
   starts once F1 ends, while cell 1 still runs its backward of micro-batch 0, not once that backward's gradient
   arrives (executor._EarlyRecompute). Cell 1 re-computes nothing: each of its backwards follows its forward
   (schedule.KeepWhereBackwardFollows)."""
-  # Actions of several ms each: the margin below is about one action, which must outlast a loaded machine's thread
+  # Actions of several ms each: the margin below is half a backward, which must outlast a loaded machine's thread
   # wake-ups (with 256 x 256 layers each action took ~1 ms under oneDNN, and a 1.2 ms miss was seen).
   _, pipe = util.Pair(util.Tanh(4, dim=512), num_splits=2, num_micro_batches=2, remat='always', schedule='1f1b')
   x = tf.constant(np.random.RandomState(0).normal(size=(2048, 512)), tf.float32)
@@ -90,11 +90,17 @@ def test_a_first_recomputation_runs_while_its_device_waits_for_the_gradient():
         loss, _ = pipe.FPropWithLoss(x, x, _SquaredSum)
       return tape.gradient(loss, pipe.trainable_variables), recorder.Collect()
 
-  events = {(e.kind, e.cell, e.micro_batch): e for e in recorder.Events(Recorded(x)[1])}
-  assert ('recompute', 1, 0) not in events
-  assert events[('forward', 0, 1)].end <= events[('recompute', 0, 0)].start
-  assert events[('recompute', 0, 0)].start < events[('backward', 1, 0)].end
-  assert events[('recompute', 0, 0)].end <= events[('backward', 0, 0)].start
+  early = []
+  for _ in range(16):  # Early in any step will do: on a loaded machine the devices may run a step one after the other.
+    events = {(e.kind, e.cell, e.micro_batch): e for e in recorder.Events(Recorded(x)[1])}
+    assert ('recompute', 1, 0) not in events
+    assert events[('forward', 0, 1)].end <= events[('recompute', 0, 0)].start
+    assert events[('recompute', 0, 0)].end <= events[('backward', 0, 0)].start
+    gradient = events[('backward', 1, 0)]
+    early.append(events[('recompute', 0, 0)].start < (gradient.start + gradient.end) / 2)
+  # Waiting for the gradient, it starts at 0.99-1.02 of the way through that backward in every step (the gradient
+  # leaves with the backward's end); as planned, at -1.0 to 0.5 in most steps, loaded or not.
+  assert any(early), early
 
 
 def _SquaredSum(out, unused_targets):
