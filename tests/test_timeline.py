@@ -40,6 +40,16 @@ def _Steps(pipe, x, recorder):
   return Recorded, tf.function(Body, autograph=False)
 
 
+def _ByAction(events):
+  return {(e.kind, e.cell, e.micro_batch): e for e in events}
+
+
+def _EachStep(recorded, x, recorder, num_steps=16):
+  """The events of `num_steps` recorded steps, each by action. A check of how the devices overlap needs one step
+  that shows it: on a loaded machine the devices may run a step, or a few in a row, one after the other."""
+  return [_ByAction(recorder.Events(recorded(x)[1])) for _ in range(num_steps)]
+
+
 @pytest.mark.parametrize('remat', ['always', 'except_last', 'never'])
 def test_recording_changes_no_result_and_follows_the_schedule(remat):
   num_micro, num_cells = 6, 2  # M > K: the steady ticks run as a loop (remat always).
@@ -59,7 +69,7 @@ def test_recording_changes_no_result_and_follows_the_schedule(remat):
     assert all(e.start <= e.end for e in own)
     assert [(e.kind, e.micro_batch) for e in own if e.kind == timeline.FORWARD] == planned[:num_micro]
     assert [(e.kind, e.micro_batch) for e in own if e.kind == timeline.BACKWARD] == planned[num_micro:]
-  by_key = {(e.kind, e.cell, e.micro_batch): e for e in events}
+  by_key = _ByAction(events)
   for m in range(num_micro):  # Each task starts after the task whose output it reads has ended.
     assert by_key[('forward', 1, m)].start >= by_key[('forward', 0, m)].end
     # A taped task's end also waits for its weight-gradient sum, which the next device need not. remat always tapes
@@ -91,8 +101,7 @@ def test_a_first_recomputation_runs_while_its_device_waits_for_the_gradient():
       return tape.gradient(loss, pipe.trainable_variables), recorder.Collect()
 
   early = []
-  for _ in range(16):  # Early in any step will do: on a loaded machine the devices may run a step one after the other.
-    events = {(e.kind, e.cell, e.micro_batch): e for e in recorder.Events(Recorded(x)[1])}
+  for events in _EachStep(Recorded, x, recorder):
     assert ('recompute', 1, 0) not in events
     assert events[('forward', 0, 1)].end <= events[('recompute', 0, 0)].start
     assert events[('recompute', 0, 0)].end <= events[('backward', 0, 0)].start
@@ -148,10 +157,8 @@ def test_cells_overlap_while_recording():
   x = tf.constant(np.random.RandomState(0).normal(size=(512, 256)), tf.float32)
   recorder = timeline.Recorder()
   recorded, _ = _Steps(pipe, x, recorder)
-  overlaps = []
-  for _ in range(16):  # Any step will do: on a loaded machine the devices may run a few steps one after the other.
-    events = {(e.kind, e.cell, e.micro_batch): e for e in recorder.Events(recorded(x)[1])}
-    overlaps.append(events[('forward', 0, 1)].start < events[('forward', 1, 0)].end)
+  overlaps = [events[('forward', 0, 1)].start < events[('forward', 1, 0)].end
+              for events in _EachStep(recorded, x, recorder)]
   assert any(overlaps), overlaps
 
 
