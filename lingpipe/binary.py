@@ -9,6 +9,7 @@ sys.stderr alone, so in-process callers (tests) capture it as usual.
 """
 
 import os
+import signal
 import sys
 
 from absl import flags
@@ -55,8 +56,9 @@ def QuietUnlessVerbose(verbose):
 
 
 def RunUserErrorsAsOneLine(name, fn, verbose):
-  """Runs fn() and gives exit status 0; a lingpipe UserError prints 'name: error: ...' and gives 1 (with
-  --verbose it is raised, traceback and all)."""
+  """Runs fn() and gives exit status 0; a lingpipe UserError (or a file-system error naming its path) prints
+  'name: error: ...' and gives 1 (with --verbose it is raised, traceback and all); Ctrl-C gives 130 and SIGTERM
+  143, each with one line saying where the same command resumes."""
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import interrupt  # pylint: disable=g-import-not-at-top
   try:
@@ -73,12 +75,21 @@ def RunUserErrorsAsOneLine(name, fn, verbose):
     # still buffered would fail again at exit, so stdout now goes nowhere.
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 141
-  except KeyboardInterrupt:
+  except interrupt.Terminated as e:
+    print('%s: %s' % (name, e), file=sys.stderr, flush=True)
+    return 128 + signal.SIGTERM
+  except KeyboardInterrupt as e:
     if verbose:
       raise
-    print('%s: interrupted. Checkpoints are written atomically: the same command resumes from the last one.' %
-          name, file=sys.stderr, flush=True)
+    hint = str(e) if isinstance(e, interrupt.Interrupted) else ''
+    print('%s: interrupted%s.' % (name, '; ' + hint if hint else ''), file=sys.stderr, flush=True)
     return 130
+  except OSError as e:
+    if verbose or not e.filename:
+      raise
+    # A file-system error that no lingpipe code turned into a sentence: still one line, with the path and cause.
+    print('%s: error: cannot use %s: %s.' % (name, e.filename, e.strerror or e), file=sys.stderr, flush=True)
+    return 1
 
 
 def CheckNoArguments(name, argv):

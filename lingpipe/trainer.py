@@ -47,9 +47,31 @@ flags.DEFINE_string('job', None, 'The job of --cluster_spec whose tasks hold the
 flags.DEFINE_integer('task', None, 'If set, this trainer is itself task --task of --job and serves its devices; '
                      'by default it is a client outside the cluster spec.')
 flags.DEFINE_integer('profile_steps', 5, '--mode=profile: training steps to record (after 2 warm-up steps).')
+flags.DEFINE_float('termination_grace_s', 20.0, 'On SIGTERM, training finishes its step, saves a checkpoint and '
+                   'exits with 143; if that takes longer than this, it exits without a new checkpoint (keep it under '
+                   'the scheduler\'s grace period: 30 s in Kubernetes).')
 flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors and TensorFlow\'s own log lines.')
 
 FLAGS = flags.FLAGS
+
+
+def _ReadParamsFile(path):
+  """The text of a params file, or one line naming the path and why it cannot be read."""
+  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  try:
+    with open(path, encoding='utf-8') as f:
+      return f.read()
+  except FileNotFoundError as e:
+    raise errors.DataFileNotFoundError('--model_params_file_override: no file %s.' % path) from e
+  except UnicodeDecodeError as e:
+    raise errors.ConfigError('--model_params_file_override: %s is not params text (not UTF-8 at byte %d); give '
+                             "a file of 'a.b : value' lines such as a logdir's params.txt." % (path, e.start)) from e
+  except OSError as e:
+    raise errors.ConfigError('--model_params_file_override: cannot read %s: %s.' % (path, e.strerror)) from e
+
+
+# Params the trainer sets from its flags: overriding them would be recorded in params.txt but not applied.
+_DERIVED = (('model', '--model'), ('dataset', '--eval_dataset (eval and decode; training reads Train)'))
 
 
 def BuildModelParams(model, dataset='Train', params_file=None, override='', max_steps=None, seed=None):
@@ -57,13 +79,16 @@ def BuildModelParams(model, dataset='Train', params_file=None, override='', max_
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
   p = model_registry.GetParams(model, dataset)
-  if params_file:
-    if not os.path.exists(params_file):
-      raise errors.DataFileNotFoundError('--model_params_file_override: no file %s.' % params_file)
-    with open(params_file) as f:
-      p.FromText(f.read())
-  if override:
-    p.FromText(override)
+  for what, text in (('--model_params_file_override=%s' % params_file, _ReadParamsFile(params_file)
+                      if params_file else ''), ('--model_params_override', override)):
+    if not text:
+      continue
+    p.FromText(text)
+    for name, flag in _DERIVED:
+      expected = model if name == 'model' else dataset
+      if p.Get(name) != expected:
+        raise errors.ConfigError('%s sets %s to %r, but %s is set by %s (here %r); nothing was written. Remove it '
+                                 'from the override.' % (what, name, p.Get(name), name, flag, expected))
   if max_steps is not None:
     p.task.train.max_steps = max_steps
   if seed is not None:
@@ -83,6 +108,7 @@ def Run(argv=None, out=None):
   from lingpipe.runners import evaler  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import exporter  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import inspector  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import interrupt  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import logdir_lock  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import profiler  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import train_loop  # pylint: disable=g-import-not-at-top
@@ -103,10 +129,17 @@ def Run(argv=None, out=None):
   if FLAGS.mode != 'inspect':
     checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)  # Before the lock: a refused logdir stays untouched.
   if FLAGS.mode == 'train':
+    if FLAGS.termination_grace_s <= 0:
+      raise errors.ConfigError('--termination_grace_s=%g: expected a number of seconds > 0.' %
+                               FLAGS.termination_grace_s)
     with logdir_lock.LogdirLock(FLAGS.logdir, out=out):  # One writer per logdir (logdir_lock.py).
       checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)  # Again, now that no one else writes there.
       with cluster.Use(SetUpCluster(p)):
-        return train_loop.TrainLoop(p, FLAGS.logdir, out=out).Run()
+        loop = train_loop.TrainLoop(p, FLAGS.logdir, out=out, termination_grace_s=FLAGS.termination_grace_s)
+        try:
+          return loop.Run()
+        except KeyboardInterrupt as e:
+          raise interrupt.Interrupted(loop.ResumeHint()) from e
   with cluster.Use(SetUpCluster(p)):
     if FLAGS.mode == 'inspect':
       return inspector.Inspect(p, out=out)
@@ -131,6 +164,9 @@ def SetUpCluster(p):
   if FLAGS.task is not None and not FLAGS.cluster_spec:
     raise errors.ConfigError('--task=%d needs --cluster_spec.' % FLAGS.task)
   needed = p.cluster.num_replicas * max(1, num_splits)
+  if FLAGS.mode == 'train' and p.task.train.init_from_checkpoint:  # The source model's pipelines need theirs.
+    from lingpipe.runners import init_from_checkpoint  # pylint: disable=g-import-not-at-top
+    needed = max(needed, init_from_checkpoint.DevicesNeeded(p.task.train.init_from_checkpoint))
   num_devices = FLAGS.pipeline_devices if FLAGS.pipeline_devices is not None else needed
   if num_devices > 1:
     cluster.ConfigureLocalDevices(num_devices)

@@ -131,7 +131,8 @@ def test_mesh_orders_and_errors():
                                                 ['/device:CPU:1', '/device:CPU:3']]
   with pytest.raises(errors.ConfigError, match=r'3 replicas x 2 splits need 6 devices, but this machine has 4'):
     _Mesh(3, 2)
-  with pytest.raises(errors.ConfigError, match='mesh_order must be one of.*Did you mean: split_major'):
+  with pytest.raises(errors.ConfigError, match="Param mesh_order: 'split_majr' is not allowed; expected one of "
+                     r".*\(Did you mean: split_major"):
     _Mesh(1, 2, 'split_majr')
   with pytest.raises(errors.ConfigError, match="device_type must be one of auto, GPU, CPU, got 'gpu'"):
     cluster.RemoteSlots('worker', 'gpu')

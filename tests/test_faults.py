@@ -208,20 +208,104 @@ def test_balance_memory_works_in_a_fresh_trainer_with_no_tf_variables(tmp_path):
   assert 'step 2/2' in result.stdout
 
 
+def _SignalWhen(args, sig, ready):
+  """Starts lingpipe-train with `args` (SIGINT at its default, as in a terminal) and sends it `sig` once
+  ready(process) holds; returns (exit status, stderr)."""
+  process = subprocess.Popen(TRAINER + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  try:
+    assert ready(process)
+    process.send_signal(sig)
+    _, err = process.communicate(timeout=60)
+  finally:
+    if process.poll() is None:
+      process.kill()
+  return process.returncode, err
+
+
+def _PrintsALineStartingWith(prefix):
+  def Ready(process):
+    while not process.stdout.readline().startswith(prefix):
+      assert process.poll() is None, process.stderr.read()
+    return True
+  return Ready
+
+
 def test_ctrl_c_is_one_line_and_the_same_command_resumes(tmp_path):
   logdir = str(tmp_path / 'run')
-  trainer = subprocess.Popen(TRAINER + ['--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=10000000',
-                                        SAVE_EVERY_100], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-  try:
-    assert _WaitFor(lambda: os.path.exists(os.path.join(logdir, 'train', 'checkpoint')))
-    trainer.send_signal(signal.SIGINT)
-    _, err = trainer.communicate(timeout=60)
-  finally:
-    if trainer.poll() is None:
-      trainer.kill()
-  assert trainer.returncode == 130
-  assert err == ('lingpipe-train: interrupted. Checkpoints are written atomically: the same command resumes from '
-                 'the last one.\n'), err
+  code, err = _SignalWhen(['--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=10000000', SAVE_EVERY_100],
+                          signal.SIGINT, lambda _: _WaitFor(lambda: os.path.exists(os.path.join(logdir, 'train',
+                                                                                                  'checkpoint'))))
+  assert code == 130
+  m = re.match(r'lingpipe-train: interrupted; the same command resumes from (\S+/ckpt-(\d+)) \(step \2\)\.\n$', err)
+  assert m and m.group(1).startswith(os.path.join(logdir, 'train', 'ckpt-')), err
   resumed = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=1', SAVE_EVERY_100)
-  assert resumed.returncode == 0 and 'Resumed from' in resumed.stdout, resumed.stderr
+  assert resumed.returncode == 0 and 'Resumed from %s at step %s.' % m.groups() in resumed.stdout, resumed.stderr
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_the_run_starts_over(tmp_path):
+  code, err = _SignalWhen(['--model=synthetic.Mlp', '--logdir=%s' % (tmp_path / 'run'), '--max_steps=10000000',
+                           '--model_params_override=task.train.save_interval_steps=100000000'], signal.SIGINT,
+                          _PrintsALineStartingWith('Training synthetic.Mlp from step 0'))
+  assert code == 130
+  assert err == ('lingpipe-train: interrupted; no checkpoint was written yet: the same command starts from step '
+                 '0.\n'), err
+
+
+def test_sigterm_finishes_the_step_saves_and_the_same_command_resumes(tmp_path):
+  logdir = str(tmp_path / 'run')
+  command = ['--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=100000000',
+             '--model_params_override=task.train.save_interval_steps=100000000;task.train.log_interval_steps=20']
+  code, err = _SignalWhen(command, signal.SIGTERM, _PrintsALineStartingWith('step 20/'))  # Steps not yet saved.
+  assert code == 143
+  m = re.match(r'lingpipe-train: terminated \(SIGTERM\) at step (\d+): saved (\S+/ckpt-\1); the same command '
+               r'resumes from it\.\n$', err)
+  assert m and int(m.group(1)) >= 20, err
+  # A save killed midway (SIGKILL after the grace period, or a crash) leaves TensorFlow's ckpt-N_temp/: the next
+  # run removes it.
+  killed_save = os.path.join(logdir, 'train', 'ckpt-%d_temp' % (int(m.group(1)) + 1))
+  os.makedirs(killed_save)
+  open(os.path.join(killed_save, 'part-00000-of-00001.data-00000-of-00001'), 'w').close()
+  resumed = _Run(*command[:-2], '--max_steps=1')
+  assert 'Resumed from %s at step %s.' % (m.group(2), m.group(1)) in resumed.stdout, resumed.stderr
+  assert 'Removed the temporary files of a save that was stopped: %s.' % killed_save in resumed.stdout
+  assert not os.path.exists(killed_save)
+
+
+def test_init_from_a_pipelined_run_into_a_plain_model_needs_no_flag(tmp_path):
+  pipelined, plain = str(tmp_path / 'k2'), str(tmp_path / 'k1')
+  assert _Run('--model=synthetic.DeepMlpGPipe', '--logdir=' + pipelined, '--max_steps=1').returncode == 0
+  result = _Run('--model=synthetic.DeepMlpGPipe', '--logdir=' + plain, '--max_steps=1',
+                '--model_params_override=task.network.num_splits=1;task.train.init_from_checkpoint=%s/train/ckpt-1'
+                % pipelined)
+  assert result.returncode == 0, result.stderr
+  assert 'Initialized 18 variables' in result.stdout and 'from %s/train/ckpt-1' % pipelined in result.stdout
+
+
+_READ_ONLY = '''
+set -u
+mount --bind -o ro "$1" "$1"
+for mode in train eval export; do
+  %s --model=synthetic.Mlp --logdir="$1/run" --mode=$mode --max_steps=4; echo "rc=$?"
+done
+''' % ' '.join(TRAINER)
+
+
+def test_a_read_only_logdir_is_one_line_in_train_eval_and_export_and_eval_prints_its_metrics_first(tmp_path):
+  """On a real read-only bind mount, in a mount namespace of our own (skipped where there is none)."""
+  if not shutil.which('unshare') or subprocess.run(['unshare', '-rm', 'true'], capture_output=True).returncode:
+    pytest.skip('no mount namespace here (unshare -rm)')
+  logdir = str(tmp_path / 'run')
+  assert _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=2').returncode == 0
+  result = subprocess.run(['unshare', '-rm', 'sh', '-c', _READ_ONLY, 'sh', str(tmp_path)], capture_output=True,
+                          text=True, timeout=600)
+  assert result.stdout.count('rc=1') == 3, result.stdout + result.stderr
+  errors = result.stderr.strip().splitlines()
+  assert errors == [
+      'lingpipe-train: error: Cannot train in --logdir %s: Read-only file system (%s/LOCK); nothing was changed. '
+      'Training needs a folder it can write.' % (logdir, logdir),
+      'lingpipe-train: error: Cannot write metrics %s/eval_test/metrics-2.json: Read-only file system '
+      '(%s/eval_test).' % (logdir, logdir),
+      'lingpipe-train: error: Cannot write SavedModel %s/export/step_2: Read-only file system (%s/export).' % (
+          logdir, logdir)], result.stderr
+  assert 'Eval of synthetic.Mlp at step 2 on Test' in result.stdout

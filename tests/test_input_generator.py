@@ -52,5 +52,5 @@ def test_train_and_test_share_centres_but_not_examples():
 def test_errors():
   with pytest.raises(errors.ConfigError, match="input.split must be one of train, test, got 'tarin'"):
     _Params(split='tarin').Instantiate()
-  with pytest.raises(errors.ConfigError, match='batch_size must be positive'):
-    _Params(batch_size=0).Instantiate()
+  with pytest.raises(errors.ConfigError, match='Param batch_size: 0 is not allowed; expected an int >= 1.'):
+    _Params(batch_size=0)

@@ -98,3 +98,25 @@ def test_other_errors_in_finalizers_are_still_reported(unraisable):
     assert [u.exc_type for u in unraisable] == [RuntimeError, RuntimeError]
   _CtrlCInFinalizer()  # Outside, Python's own report is kept.
   assert [u.exc_type for u in unraisable] == [RuntimeError, RuntimeError, KeyboardInterrupt]
+
+
+def test_sigterm_with_unsaved_steps_asks_the_loop_to_save_and_a_stuck_one_times_out():
+  timed_out = []
+  with interrupt.SavingOnTerminate(0.3, lambda: timed_out.append(time.time())):
+    interrupt.SetUnsaved(True)
+    sent = time.time()
+    signal.raise_signal(signal.SIGTERM)  # Not raised here: the loop saves at its next step.
+    assert interrupt.TerminationRequested()
+    deadline = time.time() + 10
+    while not timed_out and time.time() < deadline:
+      time.sleep(0.01)
+  assert timed_out and 0.25 < timed_out[0] - sent < 5  # The step "never ended": on_timeout after the grace.
+  assert not interrupt.TerminationRequested() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_sigterm_with_nothing_unsaved_stops_at_once():
+  with pytest.raises(interrupt.Terminated):
+    with interrupt.SavingOnTerminate(60, lambda: pytest.fail('no grace period is needed')):
+      interrupt.SetUnsaved(False)
+      signal.raise_signal(signal.SIGTERM)
+      time.sleep(10)

@@ -34,6 +34,14 @@ def test_train_decode_export_and_translate(tmp_path):
   assert result['metrics']['num_sentences'] == 800
   with open(os.path.join(logdir, 'decode_test', 'step_30', 'dev.ru-en.hyp'), encoding='utf-8') as f:
     assert len(f.read().splitlines()) == 200
+  with open(os.path.join(logdir, 'decode_test', 'step_30', 'metrics.json')) as f:
+    assert json.load(f) == result  # The hypotheses and their metrics stay together.
+  untrained = subprocess.run(TRAINER + ['--logdir=' + logdir, '--mode=decode',
+                                        "--model_params_override=input.pairs=['en-de']"],
+                             capture_output=True, text=True, timeout=600)
+  assert untrained.returncode == 1 and untrained.stderr == (
+      'lingpipe-train: error: input.pairs en-de: this model was trained to translate into en only (task.pairs de-en, '
+      'fr-en, es-en, ru-en), not into de; decode pairs into en.\n'), untrained.stderr
 
   _Run('--logdir=' + logdir, '--mode=export', '--model_params_override=task.max_decode_len=12')
   export_dir = os.path.join(logdir, 'export', 'step_30')
@@ -43,6 +51,8 @@ def test_train_decode_export_and_translate(tmp_path):
       'f = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]\n'
       'out = f(sources=tf.constant(["Ich liebe dich.", "Je suis fatigue."]), target_language=tf.constant("en"))\n'
       'print([t.decode() for t in out["translations"].numpy()], out["scores"].shape)\n'
+      'long = f(sources=tf.constant([" ".join(["Ich liebe dich."] * 50)]), target_language=tf.constant("en"))\n'
+      'print("long truncated:", long["truncated"].numpy().tolist())\n'
       'print("lingpipe imported:", "lingpipe" in sys.modules, "sentencepiece imported:", "sentencepiece" in '
       'sys.modules)\n'
       'for sources, lang in ((["Ich liebe dich."], "de"), (["Hallo", ""], "en"), ("Hallo", "en")):\n'
@@ -53,6 +63,7 @@ def test_train_decode_export_and_translate(tmp_path):
   served = subprocess.run([sys.executable, '-c', serve, export_dir], capture_output=True, text=True, timeout=300)
   assert served.returncode == 0, served.stderr[-3000:]
   assert '(2,)' in served.stdout
+  assert 'long truncated: [True]' in served.stdout  # Said, not silent (task.max_decode_len=12 here).
   assert 'lingpipe imported: False sentencepiece imported: False' in served.stdout
   assert ('refused: [Input `target_language` must be one of the languages this model translates into (en); got] '
           '[de]') in served.stdout

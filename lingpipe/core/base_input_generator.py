@@ -5,8 +5,8 @@ shuffles (seeded), repeats, batches and prefetches, so every input is determinis
 """
 
 
-from lingpipe.core import errors
 from lingpipe.core import hyperparams
+from lingpipe.core import param_checks
 from lingpipe.core.nested_map import NestedMap
 
 
@@ -17,22 +17,22 @@ class BaseInputGenerator:
   def Params(cls):
     p = hyperparams.InstantiableParams(cls)
     p.Define('name', 'input', 'Name of the input.')
-    p.Define('batch_size', 32, 'Examples per batch (per step, before micro-batching).')
+    p.Define('batch_size', 32, 'Examples per batch (per step, before micro-batching).',
+             check=param_checks.Int(1))
     p.Define('shuffle', True, 'Shuffle the examples.')
-    p.Define('shuffle_buffer_size', 10000, 'Shuffle buffer, in examples.')
+    p.Define('shuffle_buffer_size', 10000, 'Shuffle buffer, in examples.', check=param_checks.Int(1))
     p.Define('repeat', True, 'Cycle through the data forever (training); False gives one pass (evaluation).')
     p.Define('drop_remainder', True, 'Drop a last, smaller batch (keeps shapes static).')
-    p.Define('seed', 301, 'Seed of shuffling and any randomness in the input.')
-    p.Define('prefetch', 2, 'Batches to prefetch; 0 disables.')
-    p.Define('num_parallel_calls', 2, 'Parallelism of per-example maps.')
+    p.Define('seed', 301, 'Seed of shuffling and any randomness in the input.',
+             check=param_checks.Int())
+    p.Define('prefetch', 2, 'Batches to prefetch; 0 disables.', check=param_checks.Int(0))
+    p.Define('num_parallel_calls', 2, 'Parallelism of per-example maps.', check=param_checks.Int(1))
     p.Define('checkpoint_iterator', True, 'Save the input position in checkpoints, so a resumed run continues '
              'with the next batch rather than the first.')
     return p
 
   def __init__(self, params):
     self.params = params.Copy().Freeze()
-    if self.params.batch_size <= 0:
-      raise errors.ConfigError('input.batch_size must be positive, got %d.' % self.params.batch_size)
 
   def _Examples(self):
     """A tf.data.Dataset of single examples, each a dict of tensors."""

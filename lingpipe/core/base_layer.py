@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
+from lingpipe.core import param_checks
 from lingpipe.core import weight_init
 from lingpipe.core.nested_map import NestedMap
 
@@ -86,11 +87,12 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
   def Params(cls):
     p = hyperparams.InstantiableParams(cls)
     p.Define('name', '', 'Name of this layer; it becomes a component of variable and checkpoint paths.')
-    p.Define('dtype', tf.float32, 'dtype of variables and computation.')
+    p.Define('dtype', tf.float32, 'dtype of variables and computation.',
+             check=param_checks.FloatDtype())
     p.Define('params_init', weight_init.WeightInit.Xavier(1.0),
              'Default initializer of this layer\'s weights (WeightInit.*).')
     p.Define('random_seed', None, 'Seed of weight initialization and seeded randomness; None inherits the '
-             'parent layer\'s (the root uses %d).' % DEFAULT_SEED)
+             'parent layer\'s (the root uses %d).' % DEFAULT_SEED, check=param_checks.OrNone(param_checks.Int()))
     return p
 
   def __init__(self, params):
@@ -273,7 +275,8 @@ def VariablesAs(layers, values):
   """Inside the block, the variables of `layers` (and their descendants) found in `values` ({variable.ref():
   tensor}, or {AbstractVariable: tensor} for a layer built abstractly) read as those tensors: Lingvo's theta, for
   code that traces a layer's forward as a function of its parameters. The pipeline uses it to pass each cell's
-  parameter values, read once per step, to its traced functions. Only for tracing: `trainable_variables` of a layer inside the block leaves the replaced variables out."""
+  parameter values, read once per step, to its traced functions. Only for tracing: `trainable_variables` of a
+  layer inside the block leaves the replaced variables out."""
   swapped = []
   try:
     for top in layers:

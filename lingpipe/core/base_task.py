@@ -14,6 +14,7 @@ from lingpipe.core import base_layer
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
+from lingpipe.core import param_checks
 from lingpipe.core import lr_schedule
 from lingpipe.core import optimizer
 from lingpipe.core.nested_map import NestedMap
@@ -25,30 +26,36 @@ def TrainParams():
   """Params of the training loop and update rule (task.train)."""
   p = hyperparams.Params()
   p.Define('optimizer', optimizer.Adam.Params(), 'Optimizer Params (optimizer.SGD/Adam/RMSProp).')
-  p.Define('learning_rate', 1e-3, 'Base learning rate; the schedule multiplies it.')
+  p.Define('learning_rate', 1e-3, 'Base learning rate; the schedule multiplies it.',
+           check=param_checks.Positive())
   p.Define('lr_schedule', lr_schedule.Constant.Params(), 'Learning-rate schedule Params.')
-  p.Define('clip_gradient_norm_to_value', 0.0, 'Clip gradients to this global norm; 0 disables.')
+  p.Define('clip_gradient_norm_to_value', 0.0, 'Clip gradients to this global norm; 0 disables.',
+           check=param_checks.Float(0))
   p.Define('l2_regularizer_weight', 0.0, 'Weight of the L2 penalty on weights of rank >= 2 (not biases or '
-           'normalization parameters).')
+           'normalization parameters).', check=param_checks.Float(0))
   p.Define('init_from_checkpoint', '', 'Fine-tuning: a checkpoint (<logdir>/train/ckpt-N of another run) whose '
            'variables initialize a fresh run by name (see lingpipe/runners/init_from_checkpoint.py); not used when '
-           'the run resumes from its own checkpoint.')
+           'the run resumes from its own checkpoint.', check=param_checks.Str())
   p.Define('init_from_checkpoint_rules', [], 'List of [regex, replacement] rewriting our variable names (relative '
-           'to the task, e.g. network/sub_0/w) into the source\'s; the first match applies.')
+           'to the task, e.g. network/sub_0/w) into the source\'s; the first match applies.',
+           check=param_checks.RegexRewrites())
   p.Define('init_from_checkpoint_exclude', [], 'Regexes of variables (relative names) that keep their fresh '
-           'initialization, e.g. [\'softmax\'] for a new head.')
-  p.Define('max_steps', 1000, 'Stop training at this global step.')
-  p.Define('save_interval_steps', 100, 'Write a checkpoint every this many steps (and at the end).')
-  p.Define('checkpoints_to_keep', 5, 'How many recent checkpoints to keep.')
-  p.Define('summary_interval_steps', 10, 'Write TensorBoard summaries every this many steps.')
-  p.Define('log_interval_steps', 10, 'Print a progress line every this many steps.')
+           'initialization, e.g. [\'softmax\'] for a new head.', check=param_checks.Regexes())
+  p.Define('max_steps', 1000, 'Stop training at this global step.', check=param_checks.Int(0))
+  p.Define('save_interval_steps', 100, 'Write a checkpoint every this many steps (and at the end).',
+           check=param_checks.Int(1))
+  p.Define('checkpoints_to_keep', 5, 'How many recent checkpoints to keep.', check=param_checks.Int(1))
+  p.Define('summary_interval_steps', 10, 'Write TensorBoard summaries every this many steps.',
+           check=param_checks.Int(1))
+  p.Define('log_interval_steps', 10, 'Print a progress line every this many steps.', check=param_checks.Int(1))
   return p
 
 
 def EvalParams():
   """Params of evaluation (task.eval)."""
   p = hyperparams.Params()
-  p.Define('max_batches', 0, 'Evaluate at most this many batches; 0 means the whole (finite) eval set.')
+  p.Define('max_batches', 0, 'Evaluate at most this many batches; 0 means the whole (finite) eval set.',
+           check=param_checks.Int(0))
   return p
 
 
@@ -63,20 +70,16 @@ class BaseTask(base_layer.BaseLayer):
     p.Define('eval', EvalParams(), 'Evaluation settings.')
     return p
 
-  def __init__(self, params):
-    super().__init__(params)
-    tp = self.params.train
-    if tp.max_steps < 0 or tp.save_interval_steps <= 0 or tp.checkpoints_to_keep <= 0:
-      raise errors.ConfigError('task.train: max_steps must be >= 0 and save_interval_steps, '
-                               'checkpoints_to_keep > 0; got %d, %d, %d.' % (
-                                   tp.max_steps, tp.save_interval_steps, tp.checkpoints_to_keep))
-
   # -- to implement --------------------------------------------------------------------------------------------
   def ComputePredictions(self, batch):
     raise NotImplementedError('%s does not implement ComputePredictions.' % type(self).__name__)
 
   def ComputeLoss(self, batch, predictions):
     raise NotImplementedError('%s does not implement ComputeLoss.' % type(self).__name__)
+
+  def CheckDecodeInput(self, input_params):
+    """Raises ConfigError if this task cannot decode the data of `input_params` (--mode=decode asks first)."""
+    del input_params
 
   def Inference(self):
     raise NotImplementedError('%s does not implement Inference.' % type(self).__name__)

@@ -74,5 +74,9 @@ class DiskFullError(UserError, OSError):
   """A file could not be written because its filesystem is full (nothing was lost)."""
 
 
+class FileSystemError(UserError, OSError):
+  """A path that cannot be read or written: read-only, missing permission, a file where a folder is needed."""
+
+
 class LogdirBusyError(UserError, RuntimeError):
   """Another process is training in the same logdir."""

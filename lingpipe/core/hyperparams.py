@@ -25,12 +25,27 @@ _PATH_TOKEN_RE = re.compile(r'^([a-z_][a-z0-9_]*)((?:\[\d+\])*)$')
 
 
 class _Param:
-  """One entry: a value and the sentence that documents it."""
+  """One entry: a value, the sentence that documents it, and what it allows (param_checks; None: anything)."""
 
-  __slots__ = ('name', 'value', 'description')
+  __slots__ = ('name', 'value', 'description', 'check')
 
-  def __init__(self, name, value, description):
-    self.name, self.value, self.description = name, value, description
+  def __init__(self, name, value, description, check=None):
+    self.name, self.value, self.description, self.check = name, value, description, check
+
+  def Validate(self, value, shown):
+    """Raises ConfigError naming `shown` if the check refuses `value`."""
+    if self.check is None:
+      return
+    expected = self.check(value)
+    if expected is not None:
+      raise errors.ConfigError('Param %s: %s is not allowed; expected %s.' % (shown, _Shown(value), expected))
+
+
+def _Shown(value):
+  try:
+    return EncodeValue(value)
+  except errors.ConfigError:
+    return repr(value)
 
 
 def _IsAtomic(value):
@@ -192,8 +207,9 @@ class Params:
     object.__setattr__(self, '_immutable', False)
 
   # -- definition ----------------------------------------------------------------------------------------------
-  def Define(self, name, default_value, description):
-    """Adds a param `name` with its default and a one-line description."""
+  def Define(self, name, default_value, description, check=None):
+    """Adds a param `name` with its default, a one-line description and optionally what values it allows (a
+    param_checks.Check, applied to the default and to every value set later)."""
     if self._immutable:
       raise errors.FrozenParamsError('Cannot Define(%r) on frozen Params.' % name)
     if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -202,7 +218,9 @@ class Params:
       raise errors.ConfigError('Param %r is already defined (as %s).' % (name, self._params[name].description))
     if not description or not isinstance(description, str):
       raise errors.ConfigError('Param %r needs a description.' % name)
-    self._params[name] = _Param(name, default_value, description)
+    entry = _Param(name, default_value, description, check)
+    entry.Validate(default_value, name)
+    self._params[name] = entry
 
   def Delete(self, *names):
     for name in names:
@@ -232,7 +250,9 @@ class Params:
   def __setattr__(self, name, value):
     if self._immutable:
       raise errors.FrozenParamsError("Cannot set param '%s': these Params are frozen." % name)
-    self._Entry(name).value = value
+    entry = self._Entry(name)
+    entry.Validate(value, name)
+    entry.value = value
 
   def __contains__(self, name):
     return name in self._params
@@ -291,6 +311,7 @@ class Params:
       if isinstance(container, Params):
         if container._immutable:
           raise errors.FrozenParamsError("Cannot set param '%s': these Params are frozen." % shown)
+        container._params[key].Validate(value, shown)
         container._params[key].value = value
       else:
         if self._immutable:
@@ -305,7 +326,7 @@ class Params:
     object.__setattr__(new, '_params', {})
     object.__setattr__(new, '_immutable', False)
     for name, entry in self._params.items():
-      new._params[name] = _Param(name, _CopyValue(entry.value), entry.description)
+      new._params[name] = _Param(name, _CopyValue(entry.value), entry.description, entry.check)
     return new
 
   def Freeze(self):
@@ -383,22 +404,41 @@ class Params:
 
 
 def _SplitStatements(text):
-  """Splits text into statements at newlines and at ';' outside quotes and brackets."""
-  statements, current, quote, depth = [], [], None, 0
+  """Splits text into statements at newlines and at ';' outside strings and brackets.
+
+  A quote opens a string only where a value or an element starts (after ':', '=', '[', '(', '{' or ',', or at the
+  start of a statement), so the apostrophe of an unquoted bob's is a letter; a string left open at the end of its
+  line is an error naming the statement, rather than swallowing the statements after it.
+  """
+  statements, current, quote, depth, escaped = [], [], None, 0, False
+
+  def Unclosed():
+    return errors.ConfigError('Params text: the string opened by %s in %r is never closed; quote the whole value '
+                              '(name="it\'s") or leave it unquoted (name=its).' % (quote, ''.join(current).strip()))
+
   for ch in text:
     if quote:
-      quote = None if ch == quote else quote
-    elif ch in '\'"':
+      if ch == '\n':
+        raise Unclosed()
+      if escaped:
+        escaped = False
+      elif ch == '\\':
+        escaped = True
+      elif ch == quote:
+        quote = None
+    elif ch in '\'"' and (''.join(current).rstrip()[-1:] or ':') in ':=[({,':
       quote = ch
     elif ch in '([{':
       depth += 1
     elif ch in ')]}':
       depth -= 1
-    elif ch == '\n' or (ch == ';' and depth == 0):
+    elif ch == '\n' or (ch == ';' and depth <= 0):
       statements.append(''.join(current))
-      current = []
+      current, depth = [], 0
       continue
     current.append(ch)
+  if quote:
+    raise Unclosed()
   statements.append(''.join(current))
   return statements
 

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
+from lingpipe.core import param_checks
 
 
 class BaseSchedule:
@@ -42,8 +43,9 @@ class TransformerSchedule(BaseSchedule):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('warmup_steps', 4000, 'Steps of linear warm-up.')
-    p.Define('model_dim', 512, 'Model depth; the peak rate scales as model_dim^-0.5.')
+    p.Define('warmup_steps', 4000, 'Steps of linear warm-up.', check=param_checks.Int(0))
+    p.Define('model_dim', 512, 'Model depth; the peak rate scales as model_dim^-0.5.',
+             check=param_checks.Int(1))
     return p
 
   def __init__(self, params):
@@ -63,9 +65,9 @@ class CosineSchedule(BaseSchedule):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('warmup_steps', 0, 'Steps of linear warm-up.')
-    p.Define('total_steps', 10000, 'Step at which the cosine reaches min_ratio.')
-    p.Define('min_ratio', 0.0, 'Final multiplier.')
+    p.Define('warmup_steps', 0, 'Steps of linear warm-up.', check=param_checks.Int(0))
+    p.Define('total_steps', 10000, 'Step at which the cosine reaches min_ratio.', check=param_checks.Int(1))
+    p.Define('min_ratio', 0.0, 'Final multiplier.', check=param_checks.Float(0))
     return p
 
   def __init__(self, params):

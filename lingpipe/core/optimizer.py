@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
+from lingpipe.core import param_checks
 
 
 def _SlotKey(var):
@@ -68,7 +69,7 @@ class SGD(BaseOptimizer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('momentum', 0.0, 'Momentum coefficient; 0 for plain SGD.')
+    p.Define('momentum', 0.0, 'Momentum coefficient; 0 for plain SGD.', check=param_checks.Fraction())
     p.Define('nesterov', False, 'Use Nesterov momentum.')
     return p
 
@@ -89,10 +90,10 @@ class Adam(BaseOptimizer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('beta1', 0.9, 'Decay of the first moment.')
-    p.Define('beta2', 0.999, 'Decay of the second moment.')
-    p.Define('epsilon', 1e-8, 'Added to the root of the second moment.')
-    p.Define('weight_decay', 0.0, 'Decoupled weight decay (AdamW); 0 for Adam.')
+    p.Define('beta1', 0.9, 'Decay of the first moment.', check=param_checks.Fraction())
+    p.Define('beta2', 0.999, 'Decay of the second moment.', check=param_checks.Fraction())
+    p.Define('epsilon', 1e-8, 'Added to the root of the second moment.', check=param_checks.Positive())
+    p.Define('weight_decay', 0.0, 'Decoupled weight decay (AdamW); 0 for Adam.', check=param_checks.Float(0))
     return p
 
   def _Update(self, grad, var, slots, lr, t):
@@ -120,9 +121,9 @@ class RMSProp(BaseOptimizer):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('decay', 0.9, 'Decay of the mean square.')
-    p.Define('momentum', 0.0, 'Momentum coefficient.')
-    p.Define('epsilon', 1e-10, 'Added inside the square root.')
+    p.Define('decay', 0.9, 'Decay of the mean square.', check=param_checks.Fraction())
+    p.Define('momentum', 0.0, 'Momentum coefficient.', check=param_checks.Fraction())
+    p.Define('epsilon', 1e-10, 'Added inside the square root.', check=param_checks.Positive())
     return p
 
   def _Update(self, grad, var, slots, lr, t):

@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
+from lingpipe.core import param_checks
 from lingpipe.core import memory_stats
 
 MESH_ORDERS = ('replica_major', 'split_major')
@@ -49,14 +50,16 @@ def Params():
   """The model's `cluster` params: how replicas and splits map onto devices."""
   p = hyperparams.Params()
   p.Define('num_replicas', 1, 'Data-parallel replicas R of every pipeline: the global batch is split over them and '
-           'their gradients are averaged.')
+           'their gradients are averaged.', check=param_checks.Int(1))
   p.Define('mesh_order', 'replica_major', "How (replica, split) takes device slots: 'replica_major' (r*K + k: a "
-           "replica's splits together, one pipeline per host) or 'split_major' (k*R + r: one split per host).")
+           "replica's splits together, one pipeline per host) or 'split_major' (k*R + r: one split per host).",
+           check=param_checks.OneOf(*MESH_ORDERS))
   p.Define('job', 'worker', 'Job of the cluster spec whose tasks hold the pipelines (with --cluster_spec).')
   p.Define('device_type', 'auto', "Devices to use: 'GPU', 'CPU', or 'auto' (GPUs where there are any).")
-  p.Define('devices_per_task', 0, 'Devices of each worker task to use (0: all of device_type).')
+  p.Define('devices_per_task', 0, 'Devices of each worker task to use (0: all of device_type).',
+           check=param_checks.Int(0))
   p.Define('timeout_s', 300.0, 'A worker that does not answer for this long (a step that makes no progress, or a '
-           'start-up check) stops the trainer with an error naming it.')
+           'start-up check) stops the trainer with an error naming it.', check=param_checks.Positive())
   p.Define('min_remote_inter_op_threads', 2, 'Inter-op threads, at least, with which the workers run this process\'s '
            'steps (TensorFlow hands them the connecting process\'s setting; see remote.RequestInterOpThreads). With '
            'one, a pipeline\'s hand-offs wait for whole actions.')
@@ -160,11 +163,6 @@ class Cluster:
     """The R x K mesh of `params` (the model's `cluster` params) over `slots` (default: the local devices)."""
     slots = list(slots) if slots is not None else LocalDevices()
     num_replicas, num_splits = params.num_replicas, max(1, num_splits)
-    if num_replicas < 1:
-      raise errors.ConfigError('cluster.num_replicas must be >= 1, got %d.' % num_replicas)
-    if params.mesh_order not in MESH_ORDERS:
-      raise errors.ConfigError('cluster.mesh_order must be one of %s, got %r.%s' % (
-          ', '.join(MESH_ORDERS), params.mesh_order, errors.DidYouMean(str(params.mesh_order), MESH_ORDERS)))
     needed = num_replicas * num_splits
     if needed > len(slots):
       where = 'the workers of job %r have' % remote_job if remote_job else 'this machine has'

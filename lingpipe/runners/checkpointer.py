@@ -27,11 +27,13 @@ from lingpipe.distributed import cluster
 from lingpipe.runners import safe_write
 
 PARAMS_FILE = 'params.txt'
+PENDING_PARAMS_FILE = 'params.pending.txt'
 TRAIN_DIR = 'train'
 CORRUPT_DIR = 'corrupt'
 INDEX_FILE = 'checkpoint'
 _CHECKPOINT_INDEX = re.compile(r'^(.+)-(\d+)\.index$')
 _DATA_SHARD = re.compile(r'\.data-(\d+)-of-(\d+)$')
+_TEMP_CHECKPOINT = re.compile(r'^ckpt-\d+_temp$')
 _VALUE_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
 
 
@@ -39,18 +41,55 @@ class CorruptCheckpointError(errors.CheckpointError):
   """A checkpoint whose files are truncated, damaged or missing."""
 
 
-def RecordedModel(logdir):
-  """The model name recorded in logdir/params.txt, or None."""
-  path = os.path.join(logdir, PARAMS_FILE)
-  if not os.path.exists(path):
+def _ReadText(path, what):
+  """The text of file `path`, None if there is none, or one line naming the path and why it does not read."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      return f.read()
+  except FileNotFoundError:
     return None
-  with open(path) as f:
-    m = re.search(r"^model : '([^']*)'", f.read(), re.M)
+  except (OSError, UnicodeDecodeError) as e:
+    cause = e.strerror if isinstance(e, OSError) else 'not UTF-8 text'
+    raise errors.FileSystemError('Cannot read %s %s: %s. Move it aside if it is not lingpipe\'s.' % (
+        what, path, cause)) from e
+
+
+def _Pending(logdir):
+  """(step, text) of logdir/params.pending.txt: the params of the checkpoints after `step`, or None."""
+  text = _ReadText(os.path.join(logdir, PENDING_PARAMS_FILE), 'params')
+  m = re.match(r'# after step (\d+)\n', text or '')
+  return (int(m.group(1)), text[m.end():]) if m else None
+
+
+def RecordedParamsText(logdir):
+  """The params text of the newest checkpoints in `logdir`: params.txt, or the pending params of a run killed
+  after a save and before it recorded them (see StageParams). None for a logdir without params."""
+  pending = _Pending(logdir)
+  if pending:
+    latest = LatestCheckpoint(os.path.join(logdir, TRAIN_DIR))
+    if latest and Step(latest) > pending[0]:
+      return pending[1]
+  return _ReadText(os.path.join(logdir, PARAMS_FILE), 'params')
+
+
+def RecordedModel(logdir):
+  """The model name recorded in `logdir`'s params (a logdir or an export folder), or None."""
+  m = re.search(r"^model : '([^']*)'", RecordedParamsText(logdir) or '', re.M)
   return m.group(1) if m else None
 
 
 def CheckLogdirModel(logdir, model):
-  """Raises CheckpointError if `logdir` already belongs to a different model."""
+  """Raises CheckpointError if `logdir` already belongs to a different model (or is a file)."""
+  try:
+    is_folder = os.path.isdir(os.path.realpath(logdir, strict=True))
+  except FileNotFoundError:
+    is_folder = None if not os.path.islink(logdir) else False  # Missing: made later; a dangling link: refused.
+  except OSError as e:
+    raise errors.FileSystemError('Cannot use --logdir %s: %s; nothing was changed. Give a folder path.' % (
+        logdir, e.strerror)) from e
+  if is_folder is False:
+    raise errors.FileSystemError('--logdir %s is %s, not a folder; nothing was changed. Give a folder path.' % (
+        logdir, 'a broken or looping symlink' if os.path.islink(logdir) else 'a file'))
   recorded = RecordedModel(logdir)
   if recorded is not None and recorded != model:
     raise errors.CheckpointError(
@@ -58,23 +97,77 @@ def CheckLogdirModel(logdir, model):
         'one to start over.' % (logdir, recorded, os.path.join(logdir, PARAMS_FILE), model))
 
 
-def WriteParams(logdir, params, resumed_step):
-  """Writes logdir/params.txt. If it held other params, they described the checkpoints up to `resumed_step`: they
-  are kept as params.step_<resumed_step>.txt. Returns a line saying what changed, or None."""
+# -- params.txt: committed with the first checkpoint that used it ------------------------------------------------
+def StageParams(logdir, params, resumed_step):
+  """Before a run's first save: if `params` differ from params.txt, keeps the earlier text as
+  params.step_<resumed_step>.txt (never overwriting another one) and writes the new text to params.pending.txt.
+  params.txt itself changes only in CommitParams, once a checkpoint of the new params is complete, so it always
+  describes the checkpoints beside it. Returns whether there is anything to commit."""
   path = os.path.join(logdir, PARAMS_FILE)
-  text = params.ToText()
-  old = open(path).read() if os.path.exists(path) else None
+  text, old = params.ToText(), _ReadText(path, 'params')
+  pending = os.path.join(logdir, PENDING_PARAMS_FILE)
   if old == text:
-    return None
-  note = None
+    if os.path.exists(pending):
+      os.remove(pending)
+    return False
   if old is not None:
-    kept = os.path.join(logdir, 'params.step_%d.txt' % resumed_step)
-    safe_write.AtomicWrite(kept, old, 'params')
-    changed = [line.split(' : ')[0] for line in set(text.splitlines()) ^ set(old.splitlines())]
-    note = 'Params changed since step %d (%s); the earlier ones are in %s.' % (
-        resumed_step, ', '.join(sorted(set(changed))[:6]) + (', ...' if len(set(changed)) > 6 else ''), kept)
+    kept = _KeptParamsPath(logdir, resumed_step, old)
+    if not os.path.exists(kept):
+      safe_write.AtomicWrite(kept, old, 'params')
+  safe_write.AtomicWrite(pending, '# after step %d\n%s' % (resumed_step, text), 'params')
+  return True
+
+
+def _KeptParamsPath(logdir, step, text):
+  """params.step_<step>.txt, or the first params.step_<step>-<n>.txt that is free or already holds `text`."""
+  n, path = 1, os.path.join(logdir, 'params.step_%d.txt' % step)
+  while os.path.exists(path) and _ReadText(path, 'params') != text:
+    n += 1
+    path = os.path.join(logdir, 'params.step_%d-%d.txt' % (step, n))
+  return path
+
+
+def CommitParams(logdir):
+  """After a save: params.txt takes the pending params (if any). Returns a line saying what changed, or None."""
+  pending = _Pending(logdir)
+  if pending is None:
+    return None
+  resumed_step, text = pending
+  path = os.path.join(logdir, PARAMS_FILE)
+  old = _ReadText(path, 'params')
   safe_write.AtomicWrite(path, text, 'params')
-  return note
+  os.remove(os.path.join(logdir, PENDING_PARAMS_FILE))
+  if old is None:
+    return None
+  changed = sorted({line.split(' : ')[0] for line in set(text.splitlines()) ^ set(old.splitlines())})
+  return 'Params changed since step %d (%s); the earlier ones are in %s.' % (
+      resumed_step, ', '.join(changed[:6]) + (', ...' if len(changed) > 6 else ''),
+      _KeptParamsPath(logdir, resumed_step, old))
+
+
+def RecoverParams(logdir):
+  """At the start of a run (holding the lock): commits the pending params of a run killed after its save, or drops
+  those of a run whose save never completed. Returns a line saying which, or None."""
+  pending = _Pending(logdir)
+  if pending is None:
+    return None
+  latest = LatestCheckpoint(os.path.join(logdir, TRAIN_DIR))
+  if latest and Step(latest) > pending[0]:
+    CommitParams(logdir)
+    return 'Recorded in %s the params of %s (the run that saved it was stopped before it could).' % (
+        os.path.join(logdir, PARAMS_FILE), os.path.basename(latest))
+  os.remove(os.path.join(logdir, PENDING_PARAMS_FILE))
+  return None
+
+
+def RemoveTemporaryCheckpoints(train_dir):
+  """Removes the ckpt-N_temp folders of saves that were killed (only the lock holder writes train/)."""
+  if not os.path.isdir(train_dir):
+    return []
+  removed = [f for f in os.listdir(train_dir) if _TEMP_CHECKPOINT.match(f)]
+  for name in removed:
+    shutil.rmtree(os.path.join(train_dir, name), ignore_errors=True)
+  return removed
 
 
 def Options():
@@ -242,24 +335,46 @@ def CheckTaskVariables(root, path):
                                      path, '; '.join(problems)))
 
 
+class MissingCheckpointError(errors.CheckpointError):
+  """A checkpoint path with no files."""
+
+
+class VanishedCheckpointError(errors.CheckpointError):
+  """A checkpoint whose files were deleted while it was read (rotated away by a training run)."""
+
+
+def _Vanished(path, files):
+  """A VanishedCheckpointError if some of `files` (checkpoint `path`'s, when first listed) are gone, else None."""
+  gone = [f for f in files if not os.path.exists(f)]
+  if not gone:
+    return None
+  return VanishedCheckpointError(
+      'Checkpoint %s was deleted while it was read (%s gone): a training run in %s rotated it away '
+      '(task.train.checkpoints_to_keep). Rerun, or pass a checkpoint that is kept.' % (
+          path, ', '.join(os.path.basename(f) for f in gone), os.path.dirname(path) or '.'))
+
+
 def Restore(checkpoint, path, exact_task=False):
   """Restores tf.train.Checkpoint `checkpoint` from `path`.
 
   exact_task=False (resuming training): the checkpoint and the objects must match exactly. exact_task=True
-  (evaluation, decoding, export, which have no optimizer or input): the task's variables must be exactly the
-  checkpoint's task variables. Damaged files raise CorruptCheckpointError; a mismatch raises CheckpointError.
+  (evaluation, decoding, export, which have no optimizer or input; a resume whose input starts over): the task's
+  variables must be exactly the checkpoint's task variables, and every object of `checkpoint` must be in it.
+  Damaged files raise CorruptCheckpointError; files deleted meanwhile VanishedCheckpointError; a mismatch
+  CheckpointError.
   """
-  if not CheckpointFiles(path):
+  listed = CheckpointFiles(path)
+  if not listed:
     there = [os.path.basename(p) for p in CompleteOnDisk(os.path.dirname(path))]
-    raise errors.CheckpointError('There is no checkpoint %s (no files %s.*); %s has %s.' % (
+    raise MissingCheckpointError('There is no checkpoint %s (no files %s.*); %s has %s.' % (
         path, os.path.basename(path), os.path.dirname(path) or '.', ', '.join(there) or 'no complete checkpoint'))
   reason = Incomplete(path)
   if reason:
-    raise CorruptCheckpointError('Checkpoint %s is incomplete: %s.' % (path, reason))
-  files = ', '.join(os.path.basename(f) for f in CheckpointFiles(path))
-  if exact_task:
-    CheckTaskVariables(checkpoint, path)
+    raise _Vanished(path, listed) or CorruptCheckpointError('Checkpoint %s is incomplete: %s.' % (path, reason))
+  files = ', '.join(os.path.basename(f) for f in listed)
   try:
+    if exact_task:
+      CheckTaskVariables(checkpoint, path)
     status = checkpoint.restore(path, options=Options())
     if exact_task:
       status.expect_partial().assert_existing_objects_matched()
@@ -267,9 +382,11 @@ def Restore(checkpoint, path, exact_task=False):
       status.assert_consumed()
   except (tf.errors.OpError, IndexError, EOFError) as e:
     first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise CorruptCheckpointError('Checkpoint %s (files: %s) is corrupt or truncated: %s.' % (
-        path, files, first_line)) from e
+    raise _Vanished(path, listed) or CorruptCheckpointError('Checkpoint %s (files: %s) is corrupt or truncated: '
+                                                            '%s.' % (path, files, first_line)) from e
   except (AssertionError, ValueError) as e:  # Unmatched objects, or a variable of another shape.
+    if isinstance(e, errors.UserError):
+      raise
     detail = str(e).strip().splitlines()[0][:300]
     raise errors.CheckpointError('Checkpoint %s does not match this model (different variables or shapes): '
                                  '%s. Use a fresh --logdir for a changed model.' % (path, detail)) from e

@@ -1,14 +1,15 @@
 """Decoding: the task's Decode() over a whole dataset at a checkpoint, its post-processing (e.g. BLEU), and the
 outputs written as text files, a JSON of metrics and TensorBoard summaries."""
 
+import json
 import os
 
 import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.runners import batch_function
-from lingpipe.runners import safe_write
 from lingpipe.runners import evaler
+from lingpipe.runners import safe_write
 
 
 def Decode(p, logdir, checkpoint_path=None, out=None):
@@ -16,25 +17,31 @@ def Decode(p, logdir, checkpoint_path=None, out=None):
   if p.input.repeat:
     raise errors.ConfigError('The %s input repeats forever (input.repeat=True); decoding needs one pass: set '
                              'input.repeat=False.' % p.dataset)
-  task, step, path = evaler.LoadTask(p, logdir, checkpoint_path)
+  task, step, path = evaler.LoadTask(p, logdir, checkpoint_path, out=out)
   if not hasattr(task, 'Decode') or not hasattr(task, 'PostProcessDecode'):
     raise errors.ConfigError('Model %s (task %s) does not decode: it has no Decode()/PostProcessDecode().' % (
         p.model, type(task).__name__))
+  task.CheckDecodeInput(p.input)
   decode_fn = batch_function.BatchFunction(evaler.Placed(task.Decode))
   inp = p.input.Instantiate()
   decoded = [tf.nest.map_structure(lambda t: t.numpy(), dict(decode_fn(batch))) for batch in inp.GetDataset()]
   if not decoded:
     raise errors.DataError('The %s input produced no batch to decode.' % p.dataset)
   metrics, files, signature = task.PostProcessDecode(decoded, inp)
-  decode_dir = os.path.join(logdir, 'decode_%s' % p.dataset.lower())
-  for name, text in files.items():
-    safe_write.AtomicWrite(os.path.join(decode_dir, 'step_%d' % step, name), text, 'decode output')
-  written = evaler.WriteResults(decode_dir, dict(model=p.model, dataset=p.dataset, checkpoint=path, step=step,
-                                                 metrics=metrics, signature=signature), 'decode')
   print('Decode of %s at step %d on %s: %s' % (p.model, step, p.dataset, ' '.join(
-      '%s=%.2f' % kv for kv in sorted(metrics.items()))), file=out, flush=True)
+      '%s=%.2f' % kv for kv in sorted(metrics.items()))), file=out, flush=True)  # Before writing: never lost.
   if signature:
     print('Signature: %s' % signature, file=out, flush=True)
-  print('Wrote %s and hypotheses in %s' % (written, os.path.join(decode_dir, 'step_%d' % step)), file=out,
-        flush=True)
+  decode_dir = os.path.join(logdir, 'decode_%s' % p.dataset.lower())
+  result = dict(model=p.model, dataset=p.dataset, checkpoint=path, step=step, metrics=metrics, signature=signature)
+  # The hypotheses and their metrics, as one folder that replaces an earlier decode's whole.
+  step_dir = os.path.join(decode_dir, 'step_%d' % step)
+  with safe_write.AtomicDirectory(step_dir, 'decode output') as tmp:
+    for name, text in files.items():
+      with open(os.path.join(tmp, name), 'w', encoding='utf-8') as f:
+        f.write(text)
+    with open(os.path.join(tmp, 'metrics.json'), 'w', encoding='utf-8') as f:
+      f.write(json.dumps(result, indent=2, sort_keys=True))
+  written = evaler.WriteResults(decode_dir, result, 'decode')
+  print('Wrote %s and hypotheses in %s' % (written, step_dir), file=out, flush=True)
   return metrics

@@ -24,19 +24,34 @@ def ResolveCheckpoint(logdir, checkpoint_path):
   return complete[0]
 
 
-def LoadTask(p, logdir, checkpoint_path=None):
+_ROTATION_RETRIES = 5
+
+
+def LoadTask(p, logdir, checkpoint_path=None, out=None):
   """(task, global step, checkpoint path): the task built from `p` with the weights of a checkpoint, which must
-  hold exactly the task's variables (checkpointer.CheckTaskVariables)."""
-  with cluster.Current().Placement():
-    task = p.task.Instantiate()
-  path = ResolveCheckpoint(logdir, checkpoint_path)
-  step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
-  root = tf.train.Checkpoint(step=step, task=task)
-  try:
-    checkpointer.Restore(root, path, exact_task=True)
-  except checkpointer.CorruptCheckpointError as e:
-    raise checkpointer.CorruptCheckpointError('%s %s' % (e, _Alternative(root, path))) from e
-  return task, int(step.numpy()), path
+  hold exactly the task's variables (checkpointer.CheckTaskVariables). Without `checkpoint_path`, the newest; if
+  a training run rotates it away while it is read, the newest again (a few times, each said on `out`)."""
+  for attempt in range(_ROTATION_RETRIES + 1):
+    path = ResolveCheckpoint(logdir, checkpoint_path)
+    # A new task each time: a failed restore leaves TensorFlow's deferred restorations on the old one's objects.
+    with cluster.Current().Placement():
+      task = p.task.Instantiate()
+    step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
+    root = tf.train.Checkpoint(step=step, task=task)
+    try:
+      checkpointer.Restore(root, path, exact_task=True)
+      return task, int(step.numpy()), path
+    except (checkpointer.VanishedCheckpointError, checkpointer.MissingCheckpointError):
+      # Chosen from the disk a moment ago: a training run rotated it away since.
+      if checkpoint_path or attempt == _ROTATION_RETRIES:
+        raise
+    except checkpointer.CorruptCheckpointError as e:
+      # Complete when it was chosen; if files are missing now, training rotated it away meanwhile.
+      if checkpoint_path or attempt == _ROTATION_RETRIES or not checkpointer.Incomplete(path):
+        raise checkpointer.CorruptCheckpointError('%s %s' % (e, _Alternative(root, path))) from e
+    print('%s was rotated away by training while it was read; using the newest checkpoint again.' % path,
+          file=out, flush=True)
+  raise AssertionError('unreachable')
 
 
 def _Alternative(root, corrupt):
@@ -84,7 +99,7 @@ def Evaluate(p, logdir, checkpoint_path=None, out=None):
   if p.input.repeat and not p.task.eval.max_batches:
     raise errors.ConfigError('The %s input repeats forever (input.repeat=True); set input.repeat=False or '
                              'task.eval.max_batches.' % p.dataset)
-  task, step, path = LoadTask(p, logdir, checkpoint_path)
+  task, step, path = LoadTask(p, logdir, checkpoint_path, out=out)
   eval_fn = batch_function.BatchFunction(Placed(task.ComputeMetrics))
   sums, weights, batches = {}, {}, 0
   for batch in p.input.Instantiate().GetDataset():
@@ -100,10 +115,10 @@ def Evaluate(p, logdir, checkpoint_path=None, out=None):
                            'drop_remainder?).' % (p.dataset, p.input.batch_size))
   metrics = {name: sums[name] / max(weights[name], 1e-12) for name in sums}
   metrics['num_examples'] = weights.get('loss', 0.0)
+  print('Eval of %s at step %d on %s (%d batches): %s' % (p.model, step, p.dataset, batches, ' '.join(
+      '%s=%.4f' % kv for kv in sorted(metrics.items()))), file=out, flush=True)  # Before writing: never lost.
   eval_dir = os.path.join(logdir, 'eval_%s' % p.dataset.lower())
   written = WriteResults(eval_dir, dict(model=p.model, dataset=p.dataset, checkpoint=path, step=step,
                                         metrics=metrics), 'metrics')
-  print('Eval of %s at step %d on %s (%d batches): %s' % (p.model, step, p.dataset, batches, ' '.join(
-      '%s=%.4f' % kv for kv in sorted(metrics.items()))), file=out, flush=True)
   print('Wrote %s' % written, file=out, flush=True)
   return metrics

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.core import model_registry
+from lingpipe.distributed import cluster
 from lingpipe.runners import checkpointer
 
 
@@ -23,7 +24,8 @@ def RelativeName(variable):
   return name.split('/', 1)[1] if '/' in name else name
 
 
-def _SourceTask(checkpoint_path):
+def SourceParams(checkpoint_path):
+  """The params of the run that wrote `checkpoint_path` (<logdir>/train/ckpt-N), rebuilt from its logdir."""
   logdir = os.path.dirname(os.path.dirname(os.path.abspath(checkpoint_path)))
   model = checkpointer.RecordedModel(logdir)
   if model is None:
@@ -31,11 +33,26 @@ def _SourceTask(checkpoint_path):
                                  'a checkpoint of a lingpipe run (<logdir>/train/ckpt-N).' % (
                                      checkpoint_path, checkpointer.PARAMS_FILE, logdir))
   p = model_registry.GetParams(model, 'Train')
-  with open(os.path.join(logdir, checkpointer.PARAMS_FILE)) as f:
-    p.FromText(f.read())
-  task = p.task.Instantiate()
+  p.FromText(checkpointer.RecordedParamsText(logdir))
+  return p
+
+
+def DevicesNeeded(checkpoint_path):
+  """Local devices the source model's pipelines need (one replica), so the trainer can make them."""
+  return max(1, cluster.MaxNumSplits(SourceParams(checkpoint_path)))
+
+
+def _SourceTask(checkpoint_path):
+  """The source run's task with the checkpoint's weights, built as one replica of its own pipelines (which may
+  have another number of splits than ours)."""
+  p = SourceParams(checkpoint_path)
+  cluster_params = p.cluster.Copy()
+  cluster_params.num_replicas = 1
+  with cluster.Use(cluster.Cluster.FromParams(cluster_params, cluster.MaxNumSplits(p))) as source_cluster:
+    with source_cluster.Placement():
+      task = p.task.Instantiate()
   checkpointer.Restore(tf.train.Checkpoint(task=task), checkpoint_path, exact_task=True)
-  return task, model
+  return task, p.model
 
 
 def InitFromCheckpoint(task, checkpoint_path, rules=(), exclude=()):

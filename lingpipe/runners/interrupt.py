@@ -57,3 +57,56 @@ def Check():
   """Raises KeyboardInterrupt if a Ctrl-C came within Catching(), even one whose first raise was swallowed."""
   if _REQUESTED.is_set():
     raise KeyboardInterrupt
+
+
+# -- SIGTERM: what cluster schedulers (Slurm, Kubernetes, preemptible VMs) send some seconds before SIGKILL --------
+class Terminated(Exception):
+  """The process was asked to stop by SIGTERM; its message says what was saved."""
+
+
+class Interrupted(KeyboardInterrupt):
+  """A Ctrl-C, with where the same command resumes as its message."""
+
+
+_TERMINATE = threading.Event()
+_STATE = {'unsaved': False}
+
+
+def SetUnsaved(unsaved):
+  """The loop says whether it has steps that no checkpoint holds yet (a SIGTERM then waits for a save)."""
+  _STATE['unsaved'] = unsaved
+
+
+def TerminationRequested():
+  return _TERMINATE.is_set()
+
+
+@contextlib.contextmanager
+def SavingOnTerminate(grace_s, on_timeout):
+  """Within it, SIGTERM asks the training loop to finish its step, save and stop (it polls TerminationRequested()
+  at each step); with no unsaved steps it raises Terminated at once. If the process still runs `grace_s` seconds
+  after the signal (a step or a save that does not end), on_timeout() is called from a timer thread: it says so and
+  ends the process, whose last complete checkpoint stays as it was. Off the main thread it changes nothing."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  _TERMINATE.clear()
+  timer = threading.Timer(grace_s, on_timeout)
+  timer.daemon = True
+
+  def _Handler(signum, frame):
+    del signum, frame
+    if not _TERMINATE.is_set():
+      _TERMINATE.set()
+      timer.start()
+    if not _STATE['unsaved']:
+      raise Terminated('terminated (SIGTERM) with nothing unsaved.')
+
+  previous = signal.signal(signal.SIGTERM, _Handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+    timer.cancel()
+    _TERMINATE.clear()
+    _STATE['unsaved'] = False

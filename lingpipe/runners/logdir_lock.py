@@ -38,8 +38,12 @@ class LogdirLock:
     self._fd = None
 
   def __enter__(self):
-    os.makedirs(self.logdir, exist_ok=True)
-    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+      os.makedirs(self.logdir, exist_ok=True)
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+      raise errors.FileSystemError('Cannot train in --logdir %s: %s (%s); nothing was changed. Training needs a '
+                                   'folder it can write.' % (self.logdir, e.strerror, e.filename or self.path)) from e
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:

@@ -2,21 +2,22 @@
 disk is full.
 
 Readers never see half a file: text and copies go to a temporary file beside the target and are renamed over it;
-a folder (a SavedModel) is filled under a temporary name and renamed into place. `tempfile` makes those temporaries
-owner-only (0600 files, 0700 folders), so each gets the mode a plain `open` or `os.makedirs` would have given
-(0666 or 0777 less the umask), and a serving process of another user can read what lingpipe wrote.
+a folder (a SavedModel) is filled under a temporary name and swapped into place. Temporaries a killed writer left
+are removed by the next write to the same folder (temporaries.py). Each file and folder gets the mode a plain `open`
+or `os.makedirs` would have given (0666 or 0777 less the umask), so a serving process of another user can read what
+lingpipe wrote. A write that fails is one line naming the path and the cause (`WriteError`).
 """
 
 import contextlib
 import errno
 import os
 import shutil
-import tempfile
 import threading
 
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.runners import temporaries
 
 _UMASK_LOCK = threading.Lock()
 
@@ -80,26 +81,39 @@ def _Size(num_bytes):
   return ''
 
 
-def _AtomicReplace(path, fill, what):
-  """Lets fill(temporary path) write the file, then renames it to `path`."""
-  directory = os.path.dirname(path) or '.'
+def WriteError(what, path, e):
+  """The one-line error for OSError `e` while writing `what` at `path`: a full disk, or the path and the cause."""
+  if IsNoSpace(e):
+    return DiskFullError(what, path)
+  where = getattr(e, 'filename', None) or path
+  cause = (e.strerror or str(e)) if isinstance(e, OSError) else str(e).strip().splitlines()[0]
+  return errors.FileSystemError('Cannot write %s %s: %s%s.' % (
+      what, path, cause, '' if os.path.abspath(where) == os.path.abspath(path) else ' (%s)' % where))
+
+
+def _Prepare(path, what):
+  """Makes the folder of `path` and removes what killed writers left there (temporaries.RemoveLeftovers)."""
+  directory = os.path.dirname(os.path.abspath(path))
   try:
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix='.' + os.path.basename(path) + '.')
-    os.close(fd)
   except OSError as e:
-    if IsNoSpace(e):
-      raise DiskFullError(what, path) from e
-    raise
+    raise WriteError(what, path, e) from e
+  temporaries.RemoveLeftovers(directory)
+
+
+def _AtomicReplace(path, fill, what):
+  """Lets fill(temporary path) write the file, then renames it to `path`."""
+  _Prepare(path, what)
+  tmp = temporaries.Name(path)
   try:
     fill(tmp)
     os.chmod(tmp, 0o666 & ~Umask())
     os.replace(tmp, path)
   except BaseException as e:
-    if os.path.exists(tmp):
+    if os.path.lexists(tmp):
       os.remove(tmp)
-    if IsNoSpace(e):
-      raise DiskFullError(what, path) from e
+    if isinstance(e, OSError) and not isinstance(e, errors.UserError):
+      raise WriteError(what, path, e) from e
     raise
 
 
@@ -107,7 +121,7 @@ def AtomicWrite(path, text, what='file'):
   """Writes `text` to `path` through a temporary file and a rename."""
 
   def Fill(tmp):
-    with open(tmp, 'w') as f:
+    with open(tmp, 'x', encoding='utf-8') as f:
       f.write(text)
 
   _AtomicReplace(path, Fill, what)
@@ -120,21 +134,22 @@ def CopyAtomically(source, path, what='file'):
 
 @contextlib.contextmanager
 def AtomicDirectory(path, what='folder'):
-  """Yields a temporary folder beside `path` to fill; on success it replaces `path` (modes per the umask), on any
-  error it is removed and `path` is left as it was."""
-  parent = os.path.dirname(os.path.abspath(path))
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(dir=parent, prefix='.%s-' % os.path.basename(path))
+  """Yields a temporary folder beside `path` to fill; on success it takes the place of `path` (modes per the umask;
+  a folder already there is swapped out whole, temporaries.SwapInto), on any error it is removed and `path` is
+  left as it was. The caller decides whether what is at `path` may be replaced."""
+  _Prepare(path, what)
+  tmp = temporaries.Name(path)
   try:
+    os.mkdir(tmp)
     yield tmp
     _ChmodTree(tmp, Umask())
-    if os.path.exists(path):
-      shutil.rmtree(path)
-    os.replace(tmp, path)
+    temporaries.SwapInto(tmp, path)
   except BaseException as e:
-    if IsNoSpace(e):
+    if isinstance(e, OSError) and not isinstance(e, errors.UserError):
+      raise WriteError(what, path, e) from e
+    if isinstance(e, tf.errors.OpError) and IsNoSpace(e):
       raise DiskFullError(what, path) from e
     raise
   finally:
-    if os.path.exists(tmp):
+    if os.path.lexists(tmp):
       shutil.rmtree(tmp, ignore_errors=True)

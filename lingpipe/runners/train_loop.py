@@ -4,6 +4,8 @@ import contextlib
 import glob
 import os
 import shutil
+import signal
+import sys
 import time
 
 import tensorflow as tf
@@ -37,8 +39,9 @@ class _NoWatchdog:
 class TrainLoop:
   """Trains the task of model params `p` in `logdir` until task.train.max_steps."""
 
-  def __init__(self, p, logdir, out=None):
+  def __init__(self, p, logdir, out=None, termination_grace_s=20.0):
     self.p, self.logdir, self.out = p, logdir, out
+    self.termination_grace_s = termination_grace_s
     self.train_dir = os.path.join(logdir, checkpointer.TRAIN_DIR)
     self.cluster = cluster.Current()
     with self.cluster.Placement():
@@ -48,12 +51,13 @@ class TrainLoop:
     self.input = p.input.Instantiate()
     self.iterator = iter(self.input.GetDataset())
     self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
-    tracked = dict(step=self.global_step, task=self.task, optimizer=self.optimizer)
+    self.model_state = dict(step=self.global_step, task=self.task, optimizer=self.optimizer)
+    tracked = dict(self.model_state)
     if p.input.checkpoint_iterator:
       tracked['input'] = self.iterator
     self.checkpoint = tf.train.Checkpoint(**tracked)
     self.manager = None  # Made by Restore(), once the index says what is on disk.
-    self.resumed_step, self.params_written = 0, False
+    self.resumed_step, self.params_staged = 0, False
     self.step_fn = batch_function.BatchFunction(self._Step)
 
   def _Step(self, batch):
@@ -82,15 +86,48 @@ class TrainLoop:
   def Print(self, line):
     print(line, file=self.out, flush=True)
 
+  def _InputChanges(self):
+    """Why the checkpoints' input position cannot be restored ('' if it can): the input params they were trained
+    with differ from these (the saved position belongs to another input pipeline), or one side does not save it."""
+    if not self.p.input.checkpoint_iterator:
+      return 'input.checkpoint_iterator is False'
+    recorded = checkpointer.RecordedParamsText(self.logdir)
+    if recorded is None:
+      return ''
+    old, new = (dict(line.split(' : ', 1) for line in text.splitlines() if line.startswith('input.'))
+                for text in (recorded, self.p.ToText()))
+    if old.get('input.checkpoint_iterator') == 'False':
+      return 'the checkpoints were saved with input.checkpoint_iterator=False'
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if changed:
+      return 'the input params changed (%s)' % ', '.join(
+          '%s %s -> %s' % (k, old.get(k, 'unset'), new.get(k, 'unset')) for k in changed[:4])
+    return ''
+
+  def _RestoreFrom(self, prefix, input_changes):
+    if not input_changes:
+      checkpointer.Restore(self.checkpoint, prefix)
+    else:  # The model and optimizer exactly; the input keeps its fresh start.
+      checkpointer.Restore(tf.train.Checkpoint(**self.model_state), prefix, exact_task=True)
+
   def Restore(self):
-    """Restores the newest complete checkpoint that restores, repairing the index first (checkpointer.py): a
-    missing or unreadable index is rebuilt from the disk, and corrupt checkpoints are moved to train/corrupt/.
-    Returns the checkpoint restored, or None for a fresh start."""
+    """Restores the newest complete checkpoint that restores, repairing the logdir first (checkpointer.py): the
+    params of a run killed after its save are recorded, a killed save's temporary files removed, a missing or
+    unreadable index rebuilt from the disk, and corrupt checkpoints moved to train/corrupt/. Returns the
+    checkpoint restored, or None for a fresh start."""
+    note = checkpointer.RecoverParams(self.logdir)
+    if note:
+      self.Print(note)
+    removed = checkpointer.RemoveTemporaryCheckpoints(self.train_dir)
+    if removed:
+      self.Print('Removed the temporary files of a save that was stopped: %s.' % ', '.join(
+          os.path.join(self.train_dir, name) for name in removed))
     complete, notes = checkpointer.Candidates(self.train_dir)
+    input_changes = self._InputChanges() if complete else ''
     restored, corrupt = None, []
     for prefix in complete:
       try:
-        checkpointer.Restore(self.checkpoint, prefix)
+        self._RestoreFrom(prefix, input_changes)
       except checkpointer.CorruptCheckpointError as e:
         folder = checkpointer.Quarantine(prefix)
         self.Print('%s Moved its files to %s.' % (e, folder))
@@ -117,21 +154,28 @@ class TrainLoop:
     if restored:
       self.resumed_step = int(self.global_step.numpy())
       self.Print('Resumed from %s at step %d.' % (restored, self.resumed_step))
+      if input_changes:
+        self.Print('The input starts from its beginning, not from the checkpoint\'s position: %s.' % input_changes)
     return restored
 
+  def ResumeHint(self):
+    """Where the same command resumes, as the end of a sentence."""
+    latest = checkpointer.LatestCheckpoint(self.train_dir)
+    if latest:
+      return 'the same command resumes from %s (step %d)' % (latest, checkpointer.Step(latest))
+    return 'no checkpoint was written yet: the same command starts from step 0'
+
   def Save(self):
-    """Writes a checkpoint (and, before this run's first one, params.txt and the task's asset files beside it)."""
-    if not self.params_written:
-      note = checkpointer.WriteParams(self.logdir, self.p, self.resumed_step)
-      if note:
-        self.Print(note)
+    """Writes a checkpoint; with this run's first one, params.txt and the task's asset files (params.txt changes
+    only once the checkpoint is complete: checkpointer.StageParams)."""
+    if not self.params_staged:
+      staged = checkpointer.StageParams(self.logdir, self.p, self.resumed_step)
       for path in self.task.AssetFiles():
         safe_write.CopyAtomically(path, os.path.join(self.train_dir, os.path.basename(path)), 'asset')
-      self.params_written = True
     step = int(self.global_step.numpy())
     try:
       with self._NameDeadWorkers('Saving a checkpoint'):
-        return self.manager.save(checkpoint_number=self.global_step, options=checkpointer.Options())
+        saved = self.manager.save(checkpoint_number=self.global_step, options=checkpointer.Options())
     except (tf.errors.OpError, OSError) as e:
       if not safe_write.IsNoSpace(e):
         raise
@@ -150,13 +194,27 @@ class TrainLoop:
           'checkpoint', prefix, needed, ' Free space and rerun the same command: it resumes from %s.' % (
               '%s (step %d)' % (latest, checkpointer.Step(latest)) if latest else 'step 0 (no checkpoint yet)')
       ) from e
+    if not self.params_staged:
+      self.params_staged = True
+      note = checkpointer.CommitParams(self.logdir) if staged else None
+      if note:
+        self.Print(note)
+    interrupt.SetUnsaved(False)
+    return saved
 
   def Run(self):
-    if not self.cluster.is_remote:
-      return self._Run(_NoWatchdog())
-    watchdog = remote.Watchdog(self.cluster, self.cluster.timeout_s, lambda: self.manager.latest_checkpoint)
-    with watchdog:
-      return self._Run(watchdog)
+    with interrupt.SavingOnTerminate(self.termination_grace_s, self._TerminationTimedOut):
+      if not self.cluster.is_remote:
+        return self._Run(_NoWatchdog())
+      watchdog = remote.Watchdog(self.cluster, self.cluster.timeout_s, lambda: self.manager.latest_checkpoint)
+      with watchdog:
+        return self._Run(watchdog)
+
+  def _TerminationTimedOut(self):
+    """Called by a timer thread when a SIGTERM's step and save have not ended within the grace period."""
+    print('lingpipe-train: terminated (SIGTERM): the step or save in progress did not end within %gs, so no new '
+          'checkpoint was written; %s.' % (self.termination_grace_s, self.ResumeHint()), file=sys.stderr, flush=True)
+    os._exit(128 + signal.SIGTERM)  # pylint: disable=protected-access
 
   def _Run(self, watchdog):
     p, tp = self.p, self.p.task.train
@@ -176,6 +234,11 @@ class TrainLoop:
     batch_size = p.input.batch_size
     while step < tp.max_steps:
       interrupt.Check()  # A Ctrl-C that library code swallowed (interrupt.py) stops here.
+      if interrupt.TerminationRequested():
+        if step == last_saved:
+          raise interrupt.Terminated('terminated (SIGTERM) at step %d; %s.' % (step, self.ResumeHint()))
+        raise interrupt.Terminated('terminated (SIGTERM) at step %d: saved %s; the same command resumes from '
+                                   'it.' % (step, self.Save()))
       try:
         batch = next(self.iterator)
       except StopIteration:
@@ -192,6 +255,7 @@ class TrainLoop:
             'checkpoint is %s. Lower task.train.learning_rate or set task.train.clip_gradient_norm_to_value.' % (
                 step, loss, float(out.grad_norm.numpy()), latest or 'none (no checkpoint was written yet)'))
       step += 1
+      interrupt.SetUnsaved(True)
       if start_time is None:  # Measure speed after the first step, which includes tracing.
         start_time, start_step = time.time(), step
       if step % tp.summary_interval_steps == 0 or step == tp.max_steps:

@@ -170,6 +170,18 @@ class TransformerMT(base_task.BaseTask):
     out = self.BeamDecode(batch.src_ids, batch.src_paddings)
     return NestedMap(ids=out.ids[:, 0], score=out.scores[:, 0], pair=batch.pair, index=batch.index)
 
+  def CheckDecodeInput(self, input_params):
+    """Refuses to decode into a target language that no pair of task.pairs trained (BLEU 0 says nothing)."""
+    languages = tuple(corpus.LANGUAGES) + tuple(input_params.extra_languages)
+    trained = {corpus.ParsePair(pair, languages)[1] for pair in self.params.pairs}
+    untrained = [pair for pair in input_params.pairs if corpus.ParsePair(pair, languages)[1] not in trained]
+    if trained and untrained:
+      raise errors.ConfigError('input.pairs %s: this model was trained to translate into %s only (task.pairs %s), '
+                               'not into %s; decode pairs into %s.' % (
+                                   ', '.join(untrained), ', '.join(sorted(trained)), ', '.join(self.params.pairs),
+                                   ', '.join(sorted({corpus.ParsePair(p, languages)[1] for p in untrained})),
+                                   ' or '.join(sorted(trained))))
+
   def PostProcessDecode(self, decoded, input_generator):
     """Hypotheses per pair (in file order) and BLEU against the reference files of `input_generator`.
 
@@ -226,10 +238,17 @@ class TransformerMT(base_task.BaseTask):
                 serving.Require(tf.equal(tf.size(empty), 0), 'Input `sources` must hold non-empty sentences; '
                                 'these indices are empty:', empty)]
       sources, lang_id = serving.After(checks, sources, lang_id)
-      tokens = self._tokenizer.Encode(sources)[:, :self.params.max_decode_len - 2]
+      max_source = self.params.max_decode_len - 2  # With the <2xx> and </s> tokens: max_decode_len.
+      tokens = self._tokenizer.Encode(sources)
+      source_cut = tokens.row_lengths() > max_source
+      tokens = tokens[:, :max_source]
       n = tokens.nrows()
       src = tf.concat([tf.fill([n, 1], lang_id), tokens, tf.fill([n, 1], vocab_lib.EOS_ID)], 1).to_tensor()
       out = self.BeamDecode(src, tf.cast(tf.equal(src, vocab_lib.PAD_ID), tf.float32))
-      return {'translations': self._tokenizer.Decode(out.ids[:, 0]), 'scores': out.scores[:, 0]}
+      ended = tf.reduce_any(tf.equal(out.ids[:, 0], vocab_lib.EOS_ID), axis=1)
+      # truncated: the source was cut to max_decode_len - 2 tokens, or the translation reached max_decode_len
+      # tokens without ending; a client can split such sentences or export with a larger task.max_decode_len.
+      return {'translations': self._tokenizer.Decode(out.ids[:, 0]), 'scores': out.scores[:, 0],
+              'truncated': tf.logical_or(source_cut, tf.logical_not(ended))}
 
     return {'serving_default': (Translate, spec)}
