@@ -62,7 +62,7 @@ def RunUserErrorsAsOneLine(name, fn, verbose):
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import interrupt  # pylint: disable=g-import-not-at-top
   try:
-    with interrupt.Catching():
+    with interrupt.Catching(), interrupt.StoppingOnTerminate():
       fn()
     return 0
   except errors.UserError as e:

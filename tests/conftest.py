@@ -34,3 +34,9 @@ def _no_global_seed_leaks_into_the_next_test():
   """
   yield
   tf.random.set_seed(None)
+
+
+def pytest_collection_modifyitems(items):
+  """Runs the slow (end-to-end) tests first, in their usual order: with -n 2 the long ones start early and the
+  short ones fill in around them, rather than a long one running alone at the end."""
+  items.sort(key=lambda item: item.get_closest_marker('slow') is None)

@@ -54,6 +54,9 @@ def test_an_apostrophe_inside_a_value_is_a_letter_and_the_statements_after_it_ap
   params = open(os.path.join(logdir, 'params.txt')).read()
   for line in ('input.name : "bob\'s"', 'input.batch_size : 8', 'task.train.learning_rate : 0.5'):
     assert line + '\n' in params, params
+  # The unclosed-quote message's advice, as written: quote the whole value.
+  _Train(capsys, logdir, 3, 'input.name="it\'s";input.batch_size=8;task.train.learning_rate=0.5')
+  assert 'input.name : "it\'s"\n' in open(os.path.join(logdir, 'params.txt')).read()
 
 
 @pytest.mark.parametrize('content, cause', [(b'\x89PNG\r\n\x1a\n\x00\xff', 'is not params text (not UTF-8 at byte 0)'),

@@ -102,7 +102,7 @@ def test_other_errors_in_finalizers_are_still_reported(unraisable):
 
 def test_sigterm_with_unsaved_steps_asks_the_loop_to_save_and_a_stuck_one_times_out():
   timed_out = []
-  with interrupt.SavingOnTerminate(0.3, lambda: timed_out.append(time.time())):
+  with interrupt.SavingOnTerminate(0.3, lambda: timed_out.append(time.time()), lambda: 'unused'):
     interrupt.SetUnsaved(True)
     sent = time.time()
     signal.raise_signal(signal.SIGTERM)  # Not raised here: the loop saves at its next step.
@@ -115,8 +115,16 @@ def test_sigterm_with_unsaved_steps_asks_the_loop_to_save_and_a_stuck_one_times_
 
 
 def test_sigterm_with_nothing_unsaved_stops_at_once():
-  with pytest.raises(interrupt.Terminated):
-    with interrupt.SavingOnTerminate(60, lambda: pytest.fail('no grace period is needed')):
+  with pytest.raises(interrupt.Terminated, match='^nothing to save$'):
+    with interrupt.SavingOnTerminate(60, lambda: pytest.fail('no grace period is needed'), lambda: 'nothing to save'):
       interrupt.SetUnsaved(False)
       signal.raise_signal(signal.SIGTERM)
       time.sleep(10)
+
+
+def test_sigterm_outside_training_is_one_line_not_silence():
+  with pytest.raises(interrupt.Terminated, match='terminated'):
+    with interrupt.StoppingOnTerminate():
+      signal.raise_signal(signal.SIGTERM)
+      time.sleep(10)
+  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

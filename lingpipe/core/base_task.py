@@ -77,9 +77,11 @@ class BaseTask(base_layer.BaseLayer):
   def ComputeLoss(self, batch, predictions):
     raise NotImplementedError('%s does not implement ComputeLoss.' % type(self).__name__)
 
-  def CheckDecodeInput(self, input_params):
-    """Raises ConfigError if this task cannot decode the data of `input_params` (--mode=decode asks first)."""
-    del input_params
+  @classmethod
+  def CheckDecodeInput(cls, task_params, input_params):
+    """Raises ConfigError if a task of `task_params` cannot decode the data of `input_params` (--mode=decode asks
+    before it builds the model)."""
+    del task_params, input_params
 
   def Inference(self):
     raise NotImplementedError('%s does not implement Inference.' % type(self).__name__)

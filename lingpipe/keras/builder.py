@@ -15,7 +15,7 @@ import ast
 import functools
 
 from lingpipe.core import errors
-from lingpipe.core import hyperparams
+from lingpipe.core import params_text
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.keras import cut
 
@@ -34,7 +34,7 @@ def BuilderName(builder):
 @functools.lru_cache(maxsize=2)
 def _Units(name, kwargs_text, cut_at_text):
   module_name, _, attribute = name.rpartition('.')
-  model = hyperparams.ImportQualified(module_name, attribute)(**ast.literal_eval(kwargs_text))
+  model = params_text.ImportQualified(module_name, attribute)(**ast.literal_eval(kwargs_text))
   return tuple(cut.Units(model, ast.literal_eval(cut_at_text)))
 
 

@@ -17,11 +17,11 @@ def Decode(p, logdir, checkpoint_path=None, out=None):
   if p.input.repeat:
     raise errors.ConfigError('The %s input repeats forever (input.repeat=True); decoding needs one pass: set '
                              'input.repeat=False.' % p.dataset)
+  p.task.cls.CheckDecodeInput(p.task, p.input)
   task, step, path = evaler.LoadTask(p, logdir, checkpoint_path, out=out)
   if not hasattr(task, 'Decode') or not hasattr(task, 'PostProcessDecode'):
     raise errors.ConfigError('Model %s (task %s) does not decode: it has no Decode()/PostProcessDecode().' % (
         p.model, type(task).__name__))
-  task.CheckDecodeInput(p.input)
   decode_fn = batch_function.BatchFunction(evaler.Placed(task.Decode))
   inp = p.input.Instantiate()
   decoded = [tf.nest.map_structure(lambda t: t.numpy(), dict(decode_fn(batch))) for batch in inp.GetDataset()]

@@ -203,7 +203,8 @@ class TrainLoop:
     return saved
 
   def Run(self):
-    with interrupt.SavingOnTerminate(self.termination_grace_s, self._TerminationTimedOut):
+    with interrupt.SavingOnTerminate(self.termination_grace_s, self._TerminationTimedOut,
+                                     lambda: 'terminated (SIGTERM); %s.' % self.ResumeHint()):
       if not self.cluster.is_remote:
         return self._Run(_NoWatchdog())
       watchdog = remote.Watchdog(self.cluster, self.cluster.timeout_s, lambda: self.manager.latest_checkpoint)

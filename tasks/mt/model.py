@@ -170,15 +170,16 @@ class TransformerMT(base_task.BaseTask):
     out = self.BeamDecode(batch.src_ids, batch.src_paddings)
     return NestedMap(ids=out.ids[:, 0], score=out.scores[:, 0], pair=batch.pair, index=batch.index)
 
-  def CheckDecodeInput(self, input_params):
+  @classmethod
+  def CheckDecodeInput(cls, task_params, input_params):
     """Refuses to decode into a target language that no pair of task.pairs trained (BLEU 0 says nothing)."""
     languages = tuple(corpus.LANGUAGES) + tuple(input_params.extra_languages)
-    trained = {corpus.ParsePair(pair, languages)[1] for pair in self.params.pairs}
+    trained = {corpus.ParsePair(pair, languages)[1] for pair in task_params.pairs}
     untrained = [pair for pair in input_params.pairs if corpus.ParsePair(pair, languages)[1] not in trained]
     if trained and untrained:
       raise errors.ConfigError('input.pairs %s: this model was trained to translate into %s only (task.pairs %s), '
                                'not into %s; decode pairs into %s.' % (
-                                   ', '.join(untrained), ', '.join(sorted(trained)), ', '.join(self.params.pairs),
+                                   ', '.join(untrained), ', '.join(sorted(trained)), ', '.join(task_params.pairs),
                                    ', '.join(sorted({corpus.ParsePair(p, languages)[1] for p in untrained})),
                                    ' or '.join(sorted(trained))))
 
