@@ -14,7 +14,6 @@ Errors in what the user gave (unknown model, bad override, unusable checkpoint, 
 exit with status 1; --verbose adds the traceback and TensorFlow's own log lines.
 """
 
-import os
 import sys
 
 from absl import app  # pylint: disable=g-import-not-at-top
