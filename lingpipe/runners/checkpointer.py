@@ -61,14 +61,19 @@ def _Pending(logdir):
   return (int(m.group(1)), text[m.end():]) if m else None
 
 
+def _SavedWith(logdir, pending):
+  """The newest complete checkpoint if it was saved with the `pending` params (it is after their step), else
+  None."""
+  latest = LatestCheckpoint(os.path.join(logdir, TRAIN_DIR))
+  return latest if latest and Step(latest) > pending[0] else None
+
+
 def RecordedParamsText(logdir):
   """The params text of the newest checkpoints in `logdir`: params.txt, or the pending params of a run killed
   after a save and before it recorded them (see StageParams). None for a logdir without params."""
   pending = _Pending(logdir)
-  if pending:
-    latest = LatestCheckpoint(os.path.join(logdir, TRAIN_DIR))
-    if latest and Step(latest) > pending[0]:
-      return pending[1]
+  if pending and _SavedWith(logdir, pending):
+    return pending[1]
   return _ReadText(os.path.join(logdir, PARAMS_FILE), 'params')
 
 
@@ -151,8 +156,8 @@ def RecoverParams(logdir):
   pending = _Pending(logdir)
   if pending is None:
     return None
-  latest = LatestCheckpoint(os.path.join(logdir, TRAIN_DIR))
-  if latest and Step(latest) > pending[0]:
+  latest = _SavedWith(logdir, pending)
+  if latest:
     CommitParams(logdir)
     return 'Recorded in %s the params of %s (the run that saved it was stopped before it could).' % (
         os.path.join(logdir, PARAMS_FILE), os.path.basename(latest))

@@ -82,8 +82,9 @@ def Export(p, logdir, export_dir=None, checkpoint_path=None, out=None):
   if export_dir:
     CheckTarget(export_dir, p.model)  # Before the model is built: a refusal costs nothing.
   task, step, path = evaler.LoadTask(p, logdir, checkpoint_path, out=out)
-  export_dir = export_dir or os.path.join(logdir, 'export', 'step_%d' % step)
-  CheckTarget(export_dir, p.model)
+  if not export_dir:  # The default names the step, known only now.
+    export_dir = os.path.join(logdir, 'export', 'step_%d' % step)
+    CheckTarget(export_dir, p.model)
   module = tf.Module()
   module.task = task
   # Objects the signatures use beyond the task's variables (e.g. a tokenizer's tables and its model file).
