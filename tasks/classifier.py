@@ -40,7 +40,8 @@ class Classifier(base_task.BaseTask):
     return self.PredictionsFromPipeline(self.network.FProp(self.PipelineInputs(batch)), batch)
 
   def PipelineInputs(self, batch):
-    return batch[self.params.input_key]
+    """The features in the compute dtype: micro-batches are split and handed on in it."""
+    return self.ToFProp(batch[self.params.input_key])
 
   def PredictionsFromPipeline(self, outputs, batch):
     del batch  # Unused.

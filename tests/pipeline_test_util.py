@@ -29,8 +29,9 @@ class SkipProjection(base_layer.BaseLayer):
     self.CreateVariable('w', weight_init.WeightParams([self.params.dim, self.params.dim]))
 
   def FProp(self, inputs):
-    mask = tf.cast(inputs.mask, inputs.x.dtype)[:, None]
-    return NestedMap(x=tf.tanh(tf.matmul(inputs.x, self.w)) * mask + inputs.skip, skip=inputs.x, mask=inputs.mask)
+    mask = tf.cast(inputs.mask, self.fprop_dtype)[:, None]
+    x, skip = self.ToFProp(inputs.x), self.ToFProp(inputs.skip)
+    return NestedMap(x=tf.tanh(tf.matmul(x, self.theta.w)) * mask + skip, skip=x, mask=inputs.mask)
 
   @classmethod
   def FPropMeta(cls, params, shapes):
@@ -49,11 +50,12 @@ def Tanh(n, dim=8, dtype=tf.float32):
           for _ in range(n)]
 
 
-def Pair(layers, dtype=tf.float32, **pipeline_kwargs):
+def Pair(layers, dtype=tf.float32, fprop_dtype=None, **pipeline_kwargs):
   """(plain SequentialLayer, PipeliningLayer) over copies of `layers`, with the same weights."""
-  plain = sequential.SequentialLayer.Params().Set(name='net', dtype=dtype, sub=[l.Copy() for l in layers])
-  pipe = pipelining_layer.PipeliningLayer.Params().Set(name='net', dtype=dtype, layers=[l.Copy() for l in layers],
-                                                       **pipeline_kwargs)
+  plain = sequential.SequentialLayer.Params().Set(name='net', dtype=dtype, fprop_dtype=fprop_dtype,
+                                                  sub=[l.Copy() for l in layers])
+  pipe = pipelining_layer.PipeliningLayer.Params().Set(name='net', dtype=dtype, fprop_dtype=fprop_dtype,
+                                                       layers=[l.Copy() for l in layers], **pipeline_kwargs)
   plain, pipe = plain.Instantiate(), pipe.Instantiate()
   for a, b in zip(plain.trainable_variables, pipe.trainable_variables):
     assert a.shape == b.shape

@@ -77,6 +77,17 @@ def test_amoebanet_under_gpipe_matches_the_plain_network(k, m):
   util.AssertClose(util.LossAndGrads(plain, images), util.LossAndGrads(pipe, images))
 
 
+def test_amoebanet_in_bfloat16_under_gpipe_matches_the_plain_bfloat16_network():
+  import test_mixed_precision as mixed  # pylint: disable=g-import-not-at-top
+  layers, dim = amoebanet.AmoebaNetLayers(3, 8, batch_norm.BatchNormLayer.Params().Set(
+      use_moving_stats_in_training=True))
+  plain, pipe = util.Pair(layers, fprop_dtype=tf.bfloat16, num_splits=2, num_micro_batches=2, remat='always')
+  rng = np.random.RandomState(0)
+  images = tf.constant(rng.normal(size=(4, 32, 32, 3)), tf.float32)
+  targets = tf.constant(rng.normal(size=(4, dim)), tf.float32)
+  mixed.AssertCloseInLowPrecision(mixed.Step(plain, images, targets), mixed.Step(pipe, images, targets))
+
+
 def test_resnet_layers_and_errors():
   layers = resnet.ResNetLayers(8, 4)
   net = util.Pair(layers, num_splits=2, num_micro_batches=2)[1]

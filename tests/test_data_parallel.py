@@ -57,6 +57,21 @@ def test_replicas_give_the_update_of_one_replica_on_the_whole_batch(num_replicas
   _AssertSameUpdate(_Gradients(one, batch, one_mesh), _Gradients(many, batch, many_mesh))
 
 
+def test_bfloat16_replicas_give_the_update_of_one_replica_and_scale_the_loss_alike():
+  """Replicas of a bfloat16 pipeline (hand-offs, and the replicas' gradients summed, in float32) against one
+  replica, also with a loss scale (replicas.ComputeGradients scales each replica's loss)."""
+  import test_mixed_precision as mixed  # pylint: disable=g-import-not-at-top
+  override = "task.fprop_dtype='bfloat16'"
+  one, batch, one_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 1, 2, 4, override)
+  many, _, many_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 2, 2, 4, override)
+  (loss, _, grads), (r_loss, _, r_grads) = _Gradients(one, batch, one_mesh), _Gradients(many, batch, many_mesh)
+  assert all(g.dtype == tf.float32 for g in r_grads)
+  mixed.AssertCloseInLowPrecision((loss, grads), (r_loss, r_grads))
+  with cluster.Use(many_mesh), context.Training(True), context.StepSeed(tf.constant(3, tf.int64)):
+    scaled = tf.function(lambda b: many.ComputeGradients(b, tf.constant(256.0)), autograph=False)(batch)[2]
+  mixed.AssertCloseInLowPrecision((loss, grads), (r_loss, [g / 256.0 for g in scaled]))
+
+
 @pytest.mark.parametrize('override', ['schedule="1f1b"', 'schedule="interleaved_1f1b"\ntask.network.virtual_stages=2'])
 def test_replicas_under_the_loss_inside_schedules_give_the_plain_update(override):
   """2 replicas x 2 devices (x 2 cells each, interleaved), the loss inside each replica's pipeline: the update of

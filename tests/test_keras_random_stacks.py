@@ -53,10 +53,14 @@ def _Case(seed):
               schedule=schedule, virtual_stages=virtual_stages)
 
 
-def _Model(kinds, seed):
+def _Model(kinds, seed, policy='float32'):
   keras.utils.set_random_seed(seed)
-  return keras.Sequential([keras.Input((_LENGTH, _DIM))] + [_POOL[kind]() for kind in kinds] +
-                          [keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])
+  keras.config.set_dtype_policy(policy)
+  try:
+    return keras.Sequential([keras.Input((_LENGTH, _DIM))] + [_POOL[kind]() for kind in kinds] +
+                            [keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(3)])
+  finally:
+    keras.config.set_dtype_policy('float32')
 
 
 def _Grads(model, x, y):
@@ -66,20 +70,24 @@ def _Grads(model, x, y):
 
 
 _SEEDS = range(28, 38)  # Ten cases that cover every schedule with K, M > 1 (checked below).
+_MIXED_SEEDS = (29, 34)  # Under mixed_bfloat16: gpipe and zero bubble (the loss inside), K = 2, M = 8.
 
 
-@pytest.mark.parametrize('seed', _SEEDS)
-def test_a_random_stack_equals_the_plain_model_on_each_micro_batch(seed):
+@pytest.mark.parametrize('seed,policy', [(s, 'float32') for s in _SEEDS] + [
+    (s, 'mixed_bfloat16') for s in _MIXED_SEEDS])
+def test_a_random_stack_equals_the_plain_model_on_each_micro_batch(seed, policy):
+  """Under mixed_bfloat16 too: the cells compute, and hand on, bfloat16 as Keras's own calls would."""
   case = _Case(seed)
   rng = np.random.RandomState(100 + seed)
   x = rng.normal(size=(_ROWS, _LENGTH, _DIM)).astype('float32')
   y = rng.randint(0, 3, _ROWS)
-  plain = _Model(case['kinds'], seed)
+  plain = _Model(case['kinds'], seed, policy)
   pipelined = lk.Pipeline(plain, num_splits=case['k'], num_micro_batches=case['m'], remat=case['remat'],
                           schedule=case['schedule'], virtual_stages=case['virtual_stages'])
   before = [w.numpy().copy() for w in pipelined.trainable_variables]
   if 'dropout' in case['kinds']:
-    reference = lk.Pipeline(_Model(case['kinds'], seed), num_splits=1, num_micro_batches=case['m'], remat='never')
+    reference = lk.Pipeline(_Model(case['kinds'], seed, policy), num_splits=1, num_micro_batches=case['m'],
+                            remat='never')
     expected_loss, expected = _Grads(reference, x, y)
   else:
     size = _ROWS // case['m']
@@ -92,6 +100,13 @@ def test_a_random_stack_equals_the_plain_model_on_each_micro_batch(seed):
     pipelined.compile(optimizer=keras.optimizers.SGD(1.0), loss=_LOSS)
     loss = pipelined.train_on_batch(x, y)
     grads = [b - w.numpy() for b, w in zip(before, pipelined.trainable_variables)]
+  if policy != 'float32':
+    assert pipelined.pipeline.units[0].FProp(tf.constant(x)).dtype == tf.bfloat16  # The first hand-off.
+    # bfloat16's tolerance: the loss, and all the gradients together against their norm.
+    assert loss == pytest.approx(expected_loss, rel=1e-3), case
+    norm = np.sqrt(sum(np.sum(np.square(e)) for e in expected))
+    assert np.sqrt(sum(np.sum(np.square(g - e)) for g, e in zip(grads, expected))) <= 2e-2 * norm, case
+    return
   assert loss == pytest.approx(expected_loss, rel=1e-5), case
   largest = max(np.abs(g).max() for g in expected)
   for i, (e, g) in enumerate(zip(expected, grads)):
@@ -107,3 +122,22 @@ def test_the_random_cases_cover_every_schedule_policy_and_k():
   assert len({c['k'] for c in cases}) >= 3 and len({c['m'] for c in cases}) >= 3
   assert set().union(*[c['kinds'] for c in cases]) == set(_POOL)
   assert any('dropout' in c['kinds'] and c['k'] > 1 for c in cases)
+
+
+@pytest.mark.parametrize('schedule', ['gpipe', '1f1b'])
+def test_a_mixed_float16_model_hands_on_float16_and_fit_scales_its_loss(schedule):
+  """As Keras compiles a mixed_float16 model: the optimizer is a LossScaleOptimizer, and a step matches the plain
+  model's under the same optimizer."""
+  rng = np.random.RandomState(5)
+  x = rng.normal(size=(_ROWS, _LENGTH, _DIM)).astype('float32')
+  y = rng.randint(0, 3, _ROWS)
+  kinds = ['dense', 'layer_norm', 'dense', 'attention']
+  plain = _Model(kinds, 4, 'mixed_float16')
+  pipelined = lk.Pipeline(_Model(kinds, 4, 'mixed_float16'), num_splits=2, num_micro_batches=1, schedule=schedule)
+  for model in (plain, pipelined):
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_LOSS)
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+  assert pipelined.pipeline.units[0].FProp(tf.constant(x)).dtype == tf.float16
+  losses = [(plain.train_on_batch(x, y), pipelined.train_on_batch(x, y)) for _ in range(3)]
+  np.testing.assert_allclose([p for _, p in losses], [q for q, _ in losses], rtol=1e-2)
+  assert losses[-1][1] < losses[0][1]

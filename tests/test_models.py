@@ -4,6 +4,7 @@ The step uses the model's own Train() input and task with the batch size cut to 
 pipelines accept (at least 2), so this stays fast for big models too.
 """
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -28,7 +29,34 @@ def _Cases():
 
 @pytest.mark.parametrize('name', _Cases())
 def test_model_builds_and_trains_one_step(name):
-  p = model_registry.GetParams(name, 'Train')
+  _TrainOneStep(model_registry.GetParams(name, 'Train'))
+
+
+def _Bfloat16Cases():
+  """The models stepped above, but the slowest (AmoebaNetD in bfloat16: test_amoebanet.py; KerasResNet50)."""
+  return [name for name, cls in sorted(model_registry.GetAllRegisteredModels().items())
+          if getattr(cls, 'ONE_STEP_TEST', 'fast') == 'fast' and name != 'image.cifar10.AmoebaNetD']
+
+
+@pytest.mark.parametrize('name', _Bfloat16Cases())
+def test_model_trains_one_step_in_bfloat16_by_override(name):
+  """--model_params_override="task.fprop_dtype='bfloat16'" works for every registered model: its layers compute
+  in bfloat16 on float32 master weights."""
+  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
+  p = trainer.BuildModelParams(name, override="task.fprop_dtype='bfloat16'")
+  assert p.task.fprop_dtype == tf.bfloat16
+  task = _TrainOneStep(p)
+  assert all(v.dtype == tf.float32 for v in task.variables)
+  assert {layer.fprop_dtype for layer in task.Walk()} == {tf.bfloat16}
+  # A Keras model's layers are built under Keras's mixed_bfloat16 policy.
+  keras_layers = [leaf for layer in task.Walk() if hasattr(layer, 'keras_layer')
+                  for leaf in layer.keras_layer._flatten_layers()]  # pylint: disable=protected-access
+  assert all(leaf.compute_dtype == 'bfloat16' for leaf in keras_layers if leaf.weights and not isinstance(
+      leaf, keras.Model)), [(leaf.name, leaf.compute_dtype) for leaf in keras_layers]
+
+
+def _TrainOneStep(p):
+  """Builds the task of model params `p` and runs one training step on its own input; returns the task."""
   p.input.batch_size = min(p.input.batch_size, max([2] + [q.num_micro_batches for q in cluster.PipelineParams(p.task)]))
   p.input.shuffle_buffer_size = 16
   task = p.task.Instantiate()
@@ -43,6 +71,7 @@ def test_model_builds_and_trains_one_step(name):
   unchanged = [v.name for b, v in zip(before, task.trainable_variables)
                if v.shape.rank >= 2 and np.array_equal(b, v.numpy())]
   assert not unchanged, unchanged
+  return task
 
 
 def test_every_pipelined_model_names_its_pipeline_task_network():

@@ -95,8 +95,9 @@ def _NoCacheStep(task, src_ids, src_paddings, beam_size):
   return Step
 
 
-def test_decoding_with_the_cache_equals_decoding_without_it():
-  task = _Task(num_splits=2)
+@pytest.mark.parametrize('dtype', ['float32', 'bfloat16'])
+def test_decoding_with_the_cache_equals_decoding_without_it(dtype):
+  task = _Task(num_splits=2, fprop_dtype=dtype)
   batch = _Batch(batch=3)
   max_len, beam = 6, 3
   with context.Training(False):
@@ -105,7 +106,8 @@ def test_decoding_with_the_cache_equals_decoding_without_it():
     state = NestedMap(prefix=tf.zeros([3 * beam, max_len], tf.int32))
     uncached = beam_search.BeamSearch(step, state, 3, beam, max_len, 1, 2, task.params.length_alpha)
   np.testing.assert_array_equal(cached.ids, uncached.ids)
-  np.testing.assert_allclose(cached.scores, uncached.scores, rtol=1e-5)
+  assert cached.scores.dtype == tf.float32  # Log-probabilities in float32 whatever the compute dtype.
+  np.testing.assert_allclose(cached.scores, uncached.scores, rtol=1e-5 if dtype == 'float32' else 1e-2)
 
 
 def _BruteForce(logp_fn, vocab, max_len, eos, alpha):

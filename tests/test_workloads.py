@@ -73,3 +73,18 @@ def test_the_multiprocess_benchmark_says_when_the_machine_was_busy():
   assert '2.50x' in ceiling and '--rounds' in ceiling
   assert 'M=8' in spread and '1.29-2.18' in spread
   assert multiprocess_benchmark.NoiseWarnings(1.9, {8: [2.0]}) == []  # One round has no spread.
+
+
+def test_dtype_flag_makes_the_workload_compute_in_it():
+  parser = argparse.ArgumentParser()
+  workloads.AddFlags(parser)
+  args = parser.parse_args(['--workload=transformer', '--layers=1', '--batch=2', '--model_dim=8', '--hidden_dim=8',
+                            '--seq_len=4', '--dtype=float32,bfloat16'])
+  assert workloads.Dtypes(args) == ['float32', 'bfloat16']
+  plain, low = workloads.FromArgs(args), workloads.FromArgs(args, dtype='bfloat16')
+  assert 'bfloat16' in low.name and 'bfloat16' not in plain.name
+  assert low.inputs.x.dtype == tf.bfloat16 and low.inputs.paddings.dtype == tf.bfloat16
+  layer = sequential.SequentialLayer.Params().Set(name='w_low', sub=low.layers).Instantiate()
+  with context.Training(True):
+    assert layer.FProp(low.inputs).x.dtype == tf.bfloat16
+  assert all(v.dtype == tf.float32 for v in layer.variables)

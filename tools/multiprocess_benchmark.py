@@ -66,7 +66,7 @@ def _Args(argv=None):
 
 
 def _Model(args):
-  """(layers, inputs) of the workload of `args` (a child's: --batch is one size)."""
+  """(layers, inputs) of the workload of `args` (a child's: --batch is one size, --dtype one dtype)."""
   workload = workloads.FromArgs(args, int(args.batch))
   return workload.layers, workload.inputs
 
@@ -117,7 +117,7 @@ def _TimeSteps(layer, inputs, steps, mesh=None, pids=()):
 
 def _MeanSquare(out):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf.reduce_mean(tf.square(out.x if isinstance(out, dict) else out))
+  return tf.reduce_mean(tf.square(tf.cast(out.x if isinstance(out, dict) else out, tf.float32)))
 
 
 def Schedules(text):
@@ -278,15 +278,16 @@ def MedianRows(rows):
 
 
 def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat='never',
-        workload_flags=('--workload=transformer',), schedule_name='gpipe', rounds=1, unroll=False):
-  """Runs the comparison; prints the tables and returns the results."""
+        workload_flags=('--workload=transformer',), schedule_name='gpipe', rounds=1, unroll=False, dtype='float32'):
+  """Runs the comparison in compute dtype `dtype`; prints the tables and returns the results."""
   from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
   cores = sorted(os.sched_getaffinity(0))
   if len(cores) < 2:
     raise SystemExit('The multi-process benchmark needs 2 cores; this process may use %d.' % len(cores))
   flags = ['--steps=%d' % steps, '--micro_batches=' + ','.join(map(str, micro_batches)), '--batch=%d' % batch,
-           '--remat=' + remat, '--schedule=' + schedule_name] + list(workload_flags) + (['--unroll'] if unroll else [])
+           '--remat=' + remat, '--schedule=' + schedule_name, '--dtype=' + dtype] + list(workload_flags) + (
+               ['--unroll'] if unroll else [])
   name = workloads.FromArgs(_Args(flags), batch).name
   print('\n## %s, remat %s, schedule %s%s: K=2 over 2 worker processes (pinned to cores %d and %d, %d thread(s) '
         'each) vs one pinned process' % (name, remat, schedule_name, ', passes unrolled' if unroll else '', cores[0],
@@ -309,6 +310,7 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   plain = dict(MedianRows([{'plain': p} for p in plains])['plain'], kernels=plains[0]['kernels'])
   remote_rows = MedianRows(remotes)
   results = {'workload': name, 'batch': batch, 'remat': remat, 'schedule': schedule_name, 'unroll': unroll,
+             'dtype': dtype,
              'plain': plain,
              'remote': remote_rows, 'kernels': plain['kernels'], 'rounds': [
                  {'plain': p, 'remote': r} for p, r in zip(plains, remotes)],
@@ -375,6 +377,23 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
   return results
 
 
+def CompareDtypes(by_dtype, micro_batches):
+  """Prints, per compute dtype, the plain process's step and K=2's speed-up over it at each M (each against the
+  plain model in the same dtype), and each dtype's throughput over float32's; returns them."""
+  first = next(iter(by_dtype))
+  print('\n## compute dtypes side by side (plain: one pinned process; K=2: speed-up over the plain process in the '
+        'same dtype)')
+  print('%-10s %10s %10s' % ('dtype', 'plain s', 'vs ' + first) + ''.join('%9s' % ('M=%d' % m) for m in micro_batches))
+  out = {}
+  for dtype, r in by_dtype.items():
+    plain = r['plain']['step_s']
+    out[dtype] = dict(plain_step_s=plain, plain_over_first=by_dtype[first]['plain']['step_s'] / plain,
+                      speedup={m: r['speedup'][m]['measured'] for m in micro_batches})
+    print('%-10s %10.3f %10.2f' % (dtype, plain, out[dtype]['plain_over_first']) + ''.join(
+        '%9.2f' % out[dtype]['speedup'][m] for m in micro_batches), flush=True)
+  return out
+
+
 def main():
   args = _Args()
   if args.role == 'plain':
@@ -383,10 +402,19 @@ def main():
     print(json.dumps(_Client(args)))
   else:
     batches = workloads.Batches(args) if args.batch or args.workload != 'transformer' else [64, 256]
-    results = {'batch_%d' % batch: Run(args.steps, [int(m) for m in args.micro_batches.split(',')],
-                                       args.worker_threads, batch, args.remat, workloads.SizeFlags(args),
-                                       args.schedule, args.rounds, args.unroll)
-               for batch in batches}
+    micro = [int(m) for m in args.micro_batches.split(',')]
+    dtypes = workloads.Dtypes(args)
+    from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
+    print('CPU: %s' % cpu_kernels.DescribeCpu())
+    results = {'cpu': cpu_kernels.DescribeCpu()}
+    for batch in batches:
+      for dtype in dtypes:
+        key = 'batch_%d' % batch + ('' if dtype == 'float32' else '_' + dtype)
+        results[key] = Run(args.steps, micro, args.worker_threads, batch, args.remat, workloads.SizeFlags(args),
+                           args.schedule, args.rounds, args.unroll, dtype)
+      if len(dtypes) > 1:
+        results['batch_%d_dtypes' % batch] = CompareDtypes(
+            {d: results['batch_%d' % batch + ('' if d == 'float32' else '_' + d)] for d in dtypes}, micro)
     with open(args.out, 'w') as f:
       json.dump(results, f, indent=2, sort_keys=True)
     print('Wrote %s' % args.out)

@@ -3,6 +3,7 @@ r"""GPipe benchmark: throughput over K and M (the paper's Table 1), remat memory
     python tools/pipeline_benchmark.py --out=/tmp/pipeline_benchmark.json
     python tools/pipeline_benchmark.py --quick        # fewer configurations, for a smoke run
     python tools/pipeline_benchmark.py --sections=table1 --workload=dense --batch=2048 --remat=never
+    python tools/pipeline_benchmark.py --sections=precision --dtype=float32,bfloat16
 
 Everything is measured in one run, side by side, on logical CPU devices with one intra-op thread each and the trainer's
 inter-op threads ("one core = one accelerator"), so the ratios are comparable even on a noisy shared machine; only
@@ -31,7 +32,12 @@ Tables:
      one copy, i.e. the best any 2-way split can do here (shared caches, memory bandwidth, clock boost);
   7. the CIFAR-10 default model, AmoebaNet-D(6, 32) at batch 64: plain, and K=2 with M=8 (images/s);
   8. (--sections=multiprocess) K=2 over two lingpipe-worker processes pinned to one core each, against one pinned
-     process running the whole model (tools/multiprocess_benchmark.py, in its own processes).
+     process running the whole model (tools/multiprocess_benchmark.py, in its own processes);
+  9. (--sections=precision) float32 and the other --dtype side by side, plain and pipelined, with peak memory and
+     Keras's mixed_bfloat16 beside lingpipe's bfloat16 (tools/precision_section.py).
+
+--dtype (a comma-separated list) is the layers' compute dtype (fprop_dtype; weights stay float32): sections 1 and
+4 run once per dtype, each speed-up against the plain model in the same dtype; the others run in the first.
 """
 
 import argparse
@@ -64,7 +70,9 @@ def _Args():
                       help='Inter-op threads (default: the trainer\'s, cluster.DefaultInterOpThreads).')
   parser.add_argument('--sections', default='table1,onecore,ceiling,overhead,remat,schedules,ttfs,amoebanet',
                       help='Comma-separated sections to run: table1, onecore, ceiling, overhead, remat, schedules, '
-                      'ttfs, amoebanet, multiprocess.')
+                      'ttfs, amoebanet, multiprocess, precision.')
+  parser.add_argument('--precision_amoebanet', action='store_true',
+                      help='The precision section also times AmoebaNet-D(6, 32) (slow).')
   parser.add_argument('--remat', default='always', choices=['always', 'except_last', 'never'],
                       help="Table 1's re-materialization policy.")
   workloads.AddFlags(parser, default=None)  # None: Table 1's Transformer and conv stacks.
@@ -95,16 +103,18 @@ Model = workloads.Workload  # name, layers (layer Params), inputs
 
 
 def Models():
-  """The workload of --workload, or Table 1's Transformer and conv stacks."""
-  return [workloads.FromArgs(ARGS)] if ARGS.workload else [TransformerStack(), ConvStack()]
+  """The workload of --workload, or Table 1's Transformer and conv stacks, in each dtype of --dtype."""
+  return [model for dtype in workloads.Dtypes(ARGS) for model in (
+      [workloads.FromArgs(ARGS, dtype=dtype)] if ARGS.workload else [TransformerStack(dtype=dtype),
+                                                                     ConvStack(dtype)])]
 
 
-def TransformerStack(num_layers=8, batch=64):
-  return workloads.Make('transformer', layers=num_layers, batch=batch)
+def TransformerStack(num_layers=8, batch=64, dtype=None):
+  return workloads.Make('transformer', dtype=dtype or workloads.Dtypes(ARGS)[0], layers=num_layers, batch=batch)
 
 
-def ConvStack():
-  return workloads.Make('conv')
+def ConvStack(dtype=None):
+  return workloads.Make('conv', dtype=dtype or workloads.Dtypes(ARGS)[0])
 
 
 def AmoebaNet(num_cells=6, filters=32, batch=64):
@@ -126,9 +136,12 @@ def AmoebaNetThroughput():
 
 
 def MlpStack(num_layers=32, batch=2048, dim=256):
-  layer = linear.ProjectionLayer.Params().Set(input_dim=dim, output_dim=dim, activation='tanh')
-  inputs = tf.constant(np.random.RandomState(0).normal(size=(batch, dim)), tf.float32)
-  return Model('tanh MLP %d x %d, batch %d' % (num_layers, dim, batch), [layer.Copy() for _ in range(num_layers)],
+  """The remat section's MLP, in --dtype's first dtype."""
+  dtype = tf.as_dtype(workloads.Dtypes(ARGS)[0])
+  layer = linear.ProjectionLayer.Params().Set(input_dim=dim, output_dim=dim, activation='tanh', fprop_dtype=dtype)
+  inputs = tf.cast(tf.constant(np.random.RandomState(0).normal(size=(batch, dim)), tf.float32), dtype)
+  return Model('tanh MLP %d x %d, batch %d%s' % (num_layers, dim, batch, '' if dtype == tf.float32 else
+                                                 ', ' + dtype.name), [layer.Copy() for _ in range(num_layers)],
                inputs)
 
 
@@ -154,7 +167,7 @@ def StepFunction(layer):
       with context.Training(True):
         out = layer.FProp(inputs)
       x = out.x if isinstance(out, dict) else out
-      loss = tf.reduce_mean(tf.square(x))
+      loss = tf.reduce_mean(tf.square(tf.cast(x, tf.float32)))
     return loss, tape.gradient(loss, layer.trainable_variables)
 
   return Step
@@ -266,7 +279,7 @@ def OneCoreTable1():
     command = [sys.executable, os.path.abspath(__file__), '--sections=table1', '--ks=1', '--inter_op=1',
                '--pin_core=0', '--steps=%d' % ARGS.steps, '--out=%s' % out, '--remat=' + ARGS.remat] + (
                    ['--quick'] if ARGS.quick else []) + (workloads.SizeFlags(ARGS) if ARGS.workload else []) + (
-                       ['--batch=%d' % ARGS.batch] if ARGS.batch else [])
+                       ['--batch=%d' % ARGS.batch] if ARGS.batch else []) + ['--dtype=' + ARGS.dtype]
     print('\n## K=1 on one core (a child process pinned to core 0, one thread)', flush=True)
     subprocess.run(command, check=True)
     with open(out) as f:
@@ -289,7 +302,7 @@ def RematTable(model, k, m):
       model.name, k, m))
   batch, dim = model.inputs.shape
   num_layers = len(model.layers)
-  row_bytes = dim * 4
+  row_bytes = dim * model.inputs.dtype.size
   # Analytic bound for remat=always: the inputs, outputs and their gradients for the whole batch (boundaries of
   # all micro-batches), plus one micro-batch re-computed through one cell (each layer keeps its input and output),
   # plus the weight gradients and their accumulators (2 x weights).
@@ -330,7 +343,7 @@ SCHEDULES = ('gpipe', '1f1b', 'interleaved_1f1b', 'zero_bubble')
 
 def _SquaredOutputs(outputs, unused_targets):
   """A loss for any workload (its outputs' squared sum per example), with a per-example weight (FPropWithLoss)."""
-  x = outputs.x if isinstance(outputs, dict) else outputs
+  x = tf.cast(outputs.x if isinstance(outputs, dict) else outputs, tf.float32)
   rows = tf.cast(tf.shape(x)[0], x.dtype)
   loss = tf.reduce_sum(tf.square(x)) / rows
   return loss, {'loss': (loss, rows)}
@@ -429,7 +442,8 @@ def main():
   results = dict(devices=cluster.LocalDevices()[:NUM_DEVICES], steps=ARGS.steps, quick=ARGS.quick,
                  inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads(),
                  kernels=cpu_kernels.Describe())
-  print('CPU kernels: %s' % results['kernels'])
+  results['cpu'] = cpu_kernels.DescribeCpu()
+  print('CPU: %s' % results['cpu'])
   sections = ARGS.sections.split(',')
   if 'table1' in sections:
     results['table1'] = {}
@@ -459,7 +473,8 @@ def main():
   if 'remat' in sections:
     results['remat'] = RematTable(MlpStack(), 2, 8)
   if 'schedules' in sections:
-    models = Models() if ARGS.workload else [workloads.Make('dense', batch=2048), TransformerStack()]
+    models = Models() if ARGS.workload else [workloads.Make('dense', dtype=workloads.Dtypes(ARGS)[0], batch=2048),
+                                             TransformerStack()]
     results['schedules'] = {model.name: ScheduleTable(model, 2, 8) for model in models}
   if 'ttfs' in sections:
     results['time_to_first_step'] = TimeToFirstStep([4, 32] if not ARGS.quick else [4, 8])
@@ -471,6 +486,10 @@ def main():
     flags = workloads.SizeFlags(ARGS) if ARGS.workload else ['--workload=transformer']
     results['multiprocess'] = {'batch_%d' % b: multiprocess_benchmark.Run(steps=ARGS.steps, batch=b, remat=ARGS.remat,
                                                                           workload_flags=flags) for b in batches}
+  if 'precision' in sections:
+    import precision_section  # pylint: disable=g-import-not-at-top
+    results['precision'] = precision_section.Run(sys.modules[__name__], workloads.Dtypes(ARGS),
+                                                 ARGS.precision_amoebanet)
   with open(ARGS.out, 'w') as f:
     json.dump(results, f, indent=2, sort_keys=True)
   print('\nWrote %s' % ARGS.out)

@@ -1,8 +1,8 @@
 r"""The memory planner against the GPipe paper's largest Transformers (Huang et al. 2019, Table 1 and section 3).
 
-    python tools/plan_gpipe_paper.py --activation_bytes=2
-    python tools/plan_gpipe_paper.py --activation_bytes=2 --kept=fused
-    python tools/plan_gpipe_paper.py --optimizer_slots=1 --device_memory=16GiB
+    python tools/plan_gpipe_paper.py
+    python tools/plan_gpipe_paper.py --kept=fused
+    python tools/plan_gpipe_paper.py --fprop_dtype=float32 --optimizer_slots=1 --device_memory=16GiB
 
 The paper's set-up: Transformer layers of model depth 2048, feed-forward 8192 and 32 heads, a 32k vocabulary,
 sequences of 1024 tokens, batches of 32, 16 GiB per accelerator. Its findings: re-materialization lets one
@@ -14,9 +14,11 @@ partitions a model of 83.9B parameters (1663 layers). For each set-up this tool 
     with re-materialization, one device      K=1, remat always
     128 partitions                           K=128, remat always, schedule gpipe
 
-Assumptions, beyond the planner's own: float32 weights, gradients and slots; activations of
---activation_bytes (4: float32; 2: bfloat16, as on the paper's TPUs); --optimizer_slots slot variables per weight
-(2: Adam); the layers are lingpipe's TransformerLayer (pre-norm, attention then feed-forward), their backward's
+Assumptions, beyond the planner's own: float32 weights, gradients and slots; layers computing in the registered
+paper models' dtype (mt.gpipe_paper's task.fprop_dtype: bfloat16, as on the paper's TPUs; --fprop_dtype to
+change it), so activations and hand-offs of 2 bytes, what lingpipe keeps in float32 (normalization statistics,
+the softmax's logits) of 4, and a bfloat16 copy of each weight; --optimizer_slots slot variables per weight (2:
+Adam); the layers are lingpipe's TransformerLayer (pre-norm, attention then feed-forward), their backward's
 internal activations traced as the planner does (--kept=tensorflow: what TensorFlow's executor keeps, which is what
 lingpipe runs) or only the inputs of the backward's matrix products (--kept=fused: an estimate of a compiler that
 fuses element-wise ops and transposes into their consumers, as XLA did for the paper; 6.5 GiB per layer at
@@ -39,8 +41,8 @@ def _Args(argv):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--device_memory', default='16GiB', help='Memory of one accelerator.')
   parser.add_argument('--optimizer_slots', type=int, default=2, help='Slot variables per weight (Adam: 2).')
-  parser.add_argument('--activation_bytes', type=int, default=4, choices=(2, 4),
-                      help='Bytes per activation: 4 (float32) or 2 (bfloat16, as TPUs keep them).')
+  parser.add_argument('--fprop_dtype', default=None, choices=('float32', 'bfloat16', 'float16'),
+                      help='The layers\' compute dtype; default: the registered paper models\' (mt.gpipe_paper).')
   parser.add_argument('--kept', default='tensorflow', choices=('tensorflow', 'fused'),
                       help='Which activations a backward keeps: tensorflow (what lingpipe\'s runtime keeps, traced) '
                       'or fused (what a compiler fusing element-wise ops and transposes keeps, as XLA on the '
@@ -55,26 +57,35 @@ def _Args(argv):
   return parser.parse_args(argv)
 
 
+def PaperDtype():
+  """The compute dtype the registered paper models declare (mt.gpipe_paper's task.fprop_dtype)."""
+  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
+  return trainer.BuildModelParams('mt.gpipe_paper.T6_8192_16').task.fprop_dtype
+
+
 class Model:
   """The paper's Transformer with a number of layers, as the planner sees it."""
 
   def __init__(self, args):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
     from lingpipe.layers import transformer  # pylint: disable=g-import-not-at-top
     self.args = args
+    self.dtype = tf.as_dtype(args.fprop_dtype) if args.fprop_dtype else PaperDtype()
     layer = transformer.TransformerLayer.Params().Set(name='layer', model_dim=args.model_dim,
                                                       hidden_dim=args.hidden_dim, num_heads=args.heads)
     shapes = {'x': [args.batch, args.seq_len, args.model_dim], 'paddings': [args.batch, args.seq_len]}
-    # All layers are alike: described once.
-    self.one = memory_plan.DescribeLayers([layer], shapes, fused=args.kept == 'fused')
+    # All layers are alike: described once, in the compute dtype.
+    self.one = memory_plan.DescribeLayers([layer], shapes, fused=args.kept == 'fused', fprop_dtype=self.dtype)
     self.table = args.vocab * args.model_dim  # Parameters of the embedding, and of the softmax.
+    # The softmax's logits for a micro-batch, in float32 whatever the compute dtype (softmax.py), and their gradient.
+    self.logit_bytes = 8
 
   def Layers(self, num_layers):
     from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
-    one, scale = self.one, self.args.activation_bytes / 4  # Described in float32.
-    return memory_plan.Layers(one.params * num_layers, one.flops * num_layers,
-                              tuple(int(b * scale) for b in one.out_bytes) * num_layers, int(one.in_bytes * scale),
-                              tuple(int(b * scale) for b in one.internal_bytes) * num_layers)
+    one = self.one
+    return memory_plan.Layers(one.params * num_layers, one.flops * num_layers, one.out_bytes * num_layers,
+                              one.in_bytes, one.internal_bytes * num_layers, one.compute_size)
 
   def Params(self, num_layers):
     return num_layers * self.one.params[0] + 2 * self.table
@@ -86,12 +97,12 @@ class Model:
     counts = [num_layers // k + (1 if i < num_layers % k else 0) for i in range(k)]  # Alike layers: even cells.
     cells = memory_plan.CellMemories(self.Layers(num_layers), counts, m, remat, slots=a.optimizer_slots)
 
-    def TableBytes(cell):  # Float32 weights, with the gradients and slots the planner gives the device's layers.
-      return self.table * 4 * (cell.weights + cell.gradients + cell.slots) / cell.weights
+    def TableBytes(cell):  # Float32 weights with their compute copy, gradients and slots, as the device's layers.
+      return self.table * 4 * (cell.weights + cell.copies + cell.gradients + cell.slots) / cell.weights
 
     extra = [0] * k
     extra[0] += TableBytes(cells[0])
-    extra[-1] += TableBytes(cells[-1]) + 2 * (a.batch // m) * a.seq_len * a.vocab * a.activation_bytes  # Logits.
+    extra[-1] += TableBytes(cells[-1]) + (a.batch // m) * a.seq_len * a.vocab * self.logit_bytes
     return max(c.peak + e for c, e in zip(cells, extra))
 
   def Largest(self, k, remat, micro_batches, memory):
@@ -113,10 +124,11 @@ def Run(args, out=None):
   memory = memory_plan.ParseBytes(args.device_memory)
   micro = [int(m) for m in args.micro_batches.split(',') if m and args.batch % int(m) == 0]
   setups = {'naive': (1, 'never', [1]), 'remat': (1, 'always', micro), 'k128': (128, 'always', micro)}
-  print('# Transformer d=%d ff=%d heads=%d, vocab %d, %d x %d tokens, %s devices, %d optimizer slots; layer: '
-        '%.1fM parameters, %.0f MiB of internal activations per batch' % (
+  print('# Transformer d=%d ff=%d heads=%d, vocab %d, %d x %d tokens, %s devices, %d optimizer slots, float32 '
+        'weights, computes in %s; layer: %.1fM parameters, %.0f MiB of internal activations per batch' % (
             args.model_dim, args.hidden_dim, args.heads, args.vocab, args.batch, args.seq_len, args.device_memory,
-            args.optimizer_slots, model.one.params[0] / 1e6, model.one.internal_bytes[0] / 2**20), file=out)
+            args.optimizer_slots, model.dtype.name, model.one.params[0] / 1e6, model.one.internal_bytes[0] / 2**20),
+        file=out)
   print('%-34s %7s %4s %14s %14s %8s' % ('set-up', 'layers', 'M', 'parameters', 'paper', 'ratio'), file=out)
   results = {}
   for name, (k, remat, ms) in setups.items():

@@ -58,10 +58,11 @@ def Plan(args, out=None):
   candidates = memory_plan.Candidates(layers, shapes, args.devices, batch, micro,
                                       balance=pipe.balance if not pipe.cell_tpl else 'uniform',
                                       slots=memory_plan.OptimizerSlots(p.task.train.optimizer),
-                                      dtype_size=pipe.dtype.size)
+                                      dtype_size=pipe.dtype.size, fprop_dtype=pipelines[0].fprop_dtype)
   shown = candidates if args.all else [c for c in candidates if c.peak <= device_memory]
-  print('# %s: %d layers, batch %d, %d device(s) of %s; peak = the fullest device (MiB)' % (
-      args.model, len(layers), batch, args.devices, args.device_memory), file=out)
+  print('# %s: %d layers, batch %d, %d device(s) of %s, weights %s, computes in %s; peak = the fullest device '
+        '(MiB)' % (args.model, len(layers), batch, args.devices, args.device_memory, pipe.dtype.name,
+                   pipelines[0].fprop_dtype.name), file=out)
   for line in memory_plan.Table(shown, device_memory):
     print(line, file=out)
   best = memory_plan.Recommend(candidates, device_memory)

@@ -38,6 +38,8 @@ def AddFlags(parser, default='dense', batch_list=False):
     if flag == 'batch' and batch_list:
       continue
     parser.add_argument('--' + flag, type=int, default=None, help=help_text + ' Default: the workload\'s own.')
+  parser.add_argument('--dtype', default='float32', help='Compute dtype of the layers (their fprop_dtype; weights '
+                      'stay float32): float32, bfloat16 or float16; a comma-separated list runs each.')
 
 
 def Batches(args):
@@ -45,10 +47,17 @@ def Batches(args):
   return [int(b) for b in args.batch.split(',')] if args.batch else [DEFAULTS[args.workload]['batch']]
 
 
-def FromArgs(args, batch=None):
-  """The workload the flags describe (with `batch` instead of --batch when given)."""
+def Dtypes(args):
+  """The compute dtypes of --dtype, in order."""
+  return [d.strip() for d in getattr(args, 'dtype', 'float32').split(',') if d.strip()]
+
+
+def FromArgs(args, batch=None, dtype=None):
+  """The workload the flags describe (with `batch` instead of --batch, and `dtype` instead of --dtype's first,
+  when given)."""
   sizes = {k: getattr(args, k) for k in DEFAULTS[args.workload]
            if k != 'batch' and getattr(args, k, None) is not None}
+  sizes['dtype'] = dtype or Dtypes(args)[0]
   if batch is not None:
     sizes['batch'] = batch
   elif isinstance(getattr(args, 'batch', None), int):
@@ -57,7 +66,7 @@ def FromArgs(args, batch=None):
 
 
 def SizeFlags(args):
-  """The workload flags of `args` as a command line (to pass to a child process), --batch left out."""
+  """The workload flags of `args` as a command line (to pass to a child process), --batch and --dtype left out."""
   flags = ['--workload=' + args.workload]
   for k in DEFAULTS[args.workload]:
     if k != 'batch' and getattr(args, k, None) is not None:
@@ -120,8 +129,20 @@ def ScheduleByWorker(times, cpu, num_splits, micro_batches, op_cpu=None):
   return rows
 
 
-def Make(workload, **sizes):
-  """The workload with `sizes` (DEFAULTS for those not given)."""
+def Make(workload, dtype='float32', **sizes):
+  """The workload with `sizes` (DEFAULTS for those not given), its layers computing in `dtype` (their
+  fprop_dtype; float32 weights) and its batch in that dtype."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
+  made = _Make(workload, **sizes)
+  dtype = tf.as_dtype(dtype)
+  if dtype == tf.float32:
+    return made
+  return Workload('%s, %s' % (made.name, dtype.name), [p.Copy().Set(fprop_dtype=dtype) for p in made.layers],
+                  base_layer.ToDtype(made.inputs, dtype))
+
+
+def _Make(workload, **sizes):
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.core.nested_map import NestedMap  # pylint: disable=g-import-not-at-top

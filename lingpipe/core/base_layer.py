@@ -87,8 +87,10 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
   def Params(cls):
     p = hyperparams.InstantiableParams(cls)
     p.Define('name', '', 'Name of this layer; it becomes a component of variable and checkpoint paths.')
-    p.Define('dtype', tf.float32, 'dtype of variables and computation.',
+    p.Define('dtype', tf.float32, 'dtype of variables (the master weights, as checkpoints keep them).',
              check=param_checks.FloatDtype())
+    p.Define('fprop_dtype', None, 'dtype of computation and activations (e.g. bfloat16); None computes in dtype. '
+             'Children inherit it unless they set their own.', check=param_checks.OrNone(param_checks.FloatDtype()))
     p.Define('params_init', weight_init.WeightInit.Xavier(1.0),
              'Default initializer of this layer\'s weights (WeightInit.*).')
     p.Define('random_seed', None, 'Seed of weight initialization and seeded randomness; None inherits the '
@@ -117,12 +119,18 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
     object.__setattr__(self, '_parent_path', parent.path if parent is not None else '')
     object.__setattr__(self, '_child_names', [])
     object.__setattr__(self, '_var_names', [])
+    object.__setattr__(self, '_kept_dtype', set())  # Variables the forward reads in their own dtype.
 
   # -- identity ------------------------------------------------------------------------------------------------
   @property
   def params(self):
     """This layer's frozen Params."""
     return self._params
+
+  @property
+  def fprop_dtype(self):
+    """The dtype this layer computes in: params.fprop_dtype, else params.dtype."""
+    return self._params.fprop_dtype or self._params.dtype
 
   @property
   def path(self):
@@ -166,7 +174,9 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
           name, self.path, type(params).__name__))
     p = params.Copy()
     p.name = name
-    p.dtype = self.params.dtype  # A layer computes in one dtype all the way down (as Lingvo's CopyBaseParams).
+    p.dtype = self.params.dtype  # A layer keeps one dtype all the way down (as Lingvo's CopyBaseParams).
+    if p.fprop_dtype is None:
+      p.fprop_dtype = self.params.fprop_dtype
     if p.random_seed is None:
       p.random_seed = self.params.random_seed
     return p.Instantiate()
@@ -195,9 +205,13 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
     self._child_names.append(name)
     return getattr(self, name)
 
-  def CreateVariable(self, name, weight_params):
-    """Creates variable `self.<name>` from WeightParams; its initial value depends only on the seed and path."""
+  def CreateVariable(self, name, weight_params, keep_dtype=False):
+    """Creates variable `self.<name>` from WeightParams; its initial value depends only on the seed and path.
+    The forward reads it through `theta` in fprop_dtype, or in its own dtype when `keep_dtype` (what needs the
+    range or precision: normalization parameters and statistics)."""
     self._CheckBuilding('Variable', name)
+    if keep_dtype:
+      self._kept_dtype.add(name)
     wp = weight_params.Copy()
     if wp.init is None:
       wp.init = self.params.params_init
@@ -223,6 +237,25 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
     tf.Module.__setattr__(self, name, var)
     self._var_names.append(name)
     return var
+
+  def VariableFPropDtype(self, name):
+    """The dtype the forward reads this layer's variable `name` in (see CreateVariable)."""
+    var = getattr(self, name)
+    if name in self._kept_dtype or not var.dtype.is_floating:
+      return var.dtype
+    return self.fprop_dtype
+
+  @property
+  def theta(self):
+    """This layer's own variables as its forward computes with them: a NestedMap of each variable cast to its
+    VariableFPropDtype. Inside a pipeline the cell's values are already cast once per step, and these casts are
+    no-ops."""
+    return NestedMap({name: _Cast(getattr(self, name), self.VariableFPropDtype(name))
+                      for name in self._var_names})
+
+  def ToFProp(self, x):
+    """`x` (a tensor or nest) with its floating-point leaves cast to fprop_dtype."""
+    return ToDtype(x, self.fprop_dtype)
 
   def MovingStatsTargets(self):
     """What this layer's forward reports batch-norm moments for, to a context.BatchNormStats collector: objects
@@ -292,6 +325,16 @@ def VariablesAs(layers, values):
   finally:
     for layer, name, var in reversed(swapped):
       object.__setattr__(layer, name, var)
+
+
+def _Cast(value, dtype):
+  return value if value.dtype == dtype else tf.cast(value, dtype)
+
+
+def ToDtype(x, dtype):
+  """`x` (a tensor or nest) with its floating-point leaves cast to `dtype`; other leaves unchanged."""
+  return tf.nest.map_structure(
+      lambda t: _Cast(t, dtype) if hasattr(t, 'dtype') and t.dtype.is_floating else t, x)
 
 
 def _HoldsLayerOrVariable(value):

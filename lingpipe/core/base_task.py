@@ -14,6 +14,7 @@ from lingpipe.core import base_layer
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
+from lingpipe.core import loss_scale as loss_scale_lib
 from lingpipe.core import param_checks
 from lingpipe.core import lr_schedule
 from lingpipe.core import optimizer
@@ -48,6 +49,8 @@ def TrainParams():
   p.Define('summary_interval_steps', 10, 'Write TensorBoard summaries every this many steps.',
            check=param_checks.Int(1))
   p.Define('log_interval_steps', 10, 'Print a progress line every this many steps.', check=param_checks.Int(1))
+  p.Define('loss_scaling', loss_scale_lib.Params(), 'Dynamic loss scaling, for float16 computation '
+           '(lingpipe/core/loss_scale.py).')
   return p
 
 
@@ -126,6 +129,12 @@ class BaseTask(base_layer.BaseLayer):
     """The optimizer of task.train, with slots built for this task's trainable variables."""
     return self.params.train.optimizer.Instantiate().Build(self.trainable_variables)
 
+  def CreateLossScale(self):
+    """A loss_scale.DynamicLossScale when task.train.loss_scaling asks for one (by default: when a layer computes
+    in float16), else None."""
+    p = self.params.train.loss_scaling
+    return loss_scale_lib.DynamicLossScale(p) if loss_scale_lib.Wanted(p, self) else None
+
   def CreateLearningRateSchedule(self):
     return self.params.train.lr_schedule.Instantiate()
 
@@ -135,8 +144,9 @@ class BaseTask(base_layer.BaseLayer):
       return tf.constant(0.0)
     return tf.add_n([tf.reduce_sum(tf.square(v)) for v in weights])
 
-  def ComputeGradients(self, batch):
-    """(loss, metrics, grads) of one training batch; a PipeliningLayer inside runs its own backward.
+  def ComputeGradients(self, batch, loss_scale=None):
+    """(loss, metrics, grads) of one training batch; a PipeliningLayer inside runs its own backward. With
+    `loss_scale` (a scalar), the gradients are those of the loss times it (loss_scale.py divides them back).
 
     Batch norm moves its averages once per step, by the moments of all parts (micro-batches, replicas) merged
     (context.BatchNormStats). With R data-parallel replicas (cluster.num_replicas) the batch is sharded over
@@ -150,25 +160,32 @@ class BaseTask(base_layer.BaseLayer):
       with tf.GradientTape() as tape, context.CollectBatchNormStats(moments):
         loss, metrics = self.FProp(batch)
         total = loss + l2_weight * self.L2Penalty() if l2_weight else loss
+        if loss_scale is not None:
+          total *= tf.cast(loss_scale, total.dtype)
       moments.Update()
       return loss, metrics, tape.gradient(total, variables)
-    return replicas.ComputeGradients(self, batch, mesh)
+    return replicas.ComputeGradients(self, batch, mesh, loss_scale)
 
-  def TrainStep(self, batch, step, opt, schedule):
-    """One synchronous update. Skips the update if the loss or gradient is not finite (the caller stops).
+  def TrainStep(self, batch, step, opt, schedule, loss_scale=None):
+    """One synchronous update. Skips the update if the loss or gradient is not finite: the caller stops, or with
+    `loss_scale` (CreateLossScale) the scale backs off and the caller goes on until too many are skipped.
 
-    Returns NestedMap(loss, grad_norm, learning_rate, is_finite, metrics).
+    Returns NestedMap(loss, grad_norm, learning_rate, is_finite, metrics), and with `loss_scale` loss_scale (the
+    step's) and skipped_in_a_row (after it).
     """
     tp = self.params.train
     variables = self.trainable_variables
+    scale = loss_scale.scale.read_value() if loss_scale is not None else None
     with context.Training(True), context.StepSeed(step):
-      loss, metrics, grads = self.ComputeGradients(batch)
+      loss, metrics, grads = self.ComputeGradients(batch, scale)
     missing = [v.name for v, g in zip(variables, grads) if g is None]
     if missing:
       raise errors.ConfigError('No gradient reaches these trainable variables: %s. Are they used in the '
                                'forward pass?' % ', '.join(missing))
     # Embedding lookups give IndexedSlices; the optimizers update dense slots, so densify them here.
     grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+    if loss_scale is not None:
+      grads = loss_scale.Unscale(grads, scale)
     grad_norm = tf.linalg.global_norm(grads)
     if tp.clip_gradient_norm_to_value:
       grads, _ = tf.clip_by_global_norm(grads, tp.clip_gradient_norm_to_value, use_norm=grad_norm)
@@ -179,6 +196,12 @@ class BaseTask(base_layer.BaseLayer):
       with tf.control_dependencies([opt.Apply(grads, variables, learning_rate)]):
         return tf.constant(True)
 
-    tf.cond(is_finite, Apply, lambda: tf.constant(False))
-    return NestedMap(loss=loss, grad_norm=grad_norm, learning_rate=learning_rate, is_finite=is_finite,
-                     metrics=NestedMap({k: v for k, (v, _) in metrics.items()}))
+    applied = tf.cond(is_finite, Apply, lambda: tf.constant(False))
+    out = NestedMap(loss=loss, grad_norm=grad_norm, learning_rate=learning_rate, is_finite=is_finite,
+                    metrics=NestedMap({k: v for k, (v, _) in metrics.items()}))
+    if loss_scale is not None:
+      with tf.control_dependencies([applied]):
+        update = loss_scale.Update(is_finite)
+      with tf.control_dependencies([update]):
+        out.loss_scale, out.skipped_in_a_row = scale, loss_scale.skipped_in_a_row.read_value()
+    return out

@@ -44,6 +44,39 @@ def OneDnnEnabled():
     return os.environ.get(ENV_VAR, '') in ('1', 'true', 'True')
 
 
+# /proc/cpuinfo flags of the matrix units lower precisions run on, as the benchmarks name them.
+_BF16_FEATURES = (('amx_bf16', 'AMX-BF16'), ('avx512_bf16', 'AVX512-BF16'), ('avx512_fp16', 'AVX512-FP16'))
+
+
+def CpuFeatures(cpuinfo='/proc/cpuinfo'):
+  """(model name, [bfloat16/float16 matrix features present, e.g. 'AMX-BF16']) of this machine's CPU; ('unknown',
+  []) where /proc/cpuinfo cannot be read (not Linux)."""
+  try:
+    with open(cpuinfo) as f:
+      text = f.read()
+  except OSError:
+    return 'unknown', []
+  model, flags = 'unknown', set()
+  for line in text.splitlines():
+    key, _, value = line.partition(':')
+    if key.strip() == 'model name' and model == 'unknown':
+      model = value.strip()
+    elif key.strip() == 'flags' and not flags:
+      flags = set(value.split())
+  return model, [name for flag, name in _BF16_FEATURES if flag in flags]
+
+
+def DescribeCpu():
+  """'AMD EPYC, 2 cores, AVX512-BF16 (no AMX), oneDNN on': the line a benchmark prints before its figures."""
+  model, features = CpuFeatures()
+  cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+  if not features:
+    bf16 = 'no bfloat16 matrix units (neither AMX nor AVX512-BF16)'
+  else:
+    bf16 = ', '.join(features) + ('' if 'AMX-BF16' in features else ' (no AMX)')
+  return '%s, %d cores, %s, %s' % (model, cores, bf16, Describe())
+
+
 def Describe():
   """'oneDNN on', or 'oneDNN off' and why: a benchmark header's note of the kernels it ran."""
   if OneDnnEnabled():

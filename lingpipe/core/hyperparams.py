@@ -33,12 +33,15 @@ class _Param:
     self.name, self.value, self.description, self.check = name, value, description, check
 
   def Validate(self, value, shown):
-    """Raises ConfigError naming `shown` if the check refuses `value`."""
+    """The value to store for `value` (a check may normalize it, e.g. 'bfloat16' to tf.bfloat16); raises
+    ConfigError naming `shown` if the check refuses it."""
     if self.check is None:
-      return
+      return value
     expected = self.check(value)
     if expected is not None:
       raise errors.ConfigError('Param %s: %s is not allowed; expected %s.' % (shown, _Shown(value), expected))
+    normalize = getattr(self.check, 'Normalize', None)  # A check may be a plain function.
+    return normalize(value) if normalize else value
 
 
 def _Shown(value):
@@ -86,7 +89,7 @@ class Params:
     if not description or not isinstance(description, str):
       raise errors.ConfigError('Param %r needs a description.' % name)
     entry = _Param(name, default_value, description, check)
-    entry.Validate(default_value, name)
+    entry.value = entry.Validate(default_value, name)
     self._params[name] = entry
 
   def Delete(self, *names):
@@ -118,8 +121,7 @@ class Params:
     if self._immutable:
       raise errors.FrozenParamsError("Cannot set param '%s': these Params are frozen." % name)
     entry = self._Entry(name)
-    entry.Validate(value, name)
-    entry.value = value
+    entry.value = entry.Validate(value, name)
 
   def __contains__(self, name):
     return name in self._params
@@ -178,8 +180,7 @@ class Params:
       if isinstance(container, Params):
         if container._immutable:
           raise errors.FrozenParamsError("Cannot set param '%s': these Params are frozen." % shown)
-        container._params[key].Validate(value, shown)
-        container._params[key].value = value
+        container._params[key].value = container._params[key].Validate(value, shown)
       else:
         if self._immutable:
           raise errors.FrozenParamsError("Cannot set param '%s': these Params are frozen." % shown)

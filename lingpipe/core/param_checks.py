@@ -17,8 +17,8 @@ from lingpipe.core import errors
 class Check:
   """A predicate on values with the phrase that describes what it allows."""
 
-  def __init__(self, allows, description):
-    self._allows, self.description = allows, description
+  def __init__(self, allows, description, normalize=None):
+    self._allows, self.description, self._normalize = allows, description, normalize
 
   def __call__(self, value):
     try:
@@ -26,6 +26,10 @@ class Check:
     except (TypeError, ValueError, re.error):
       ok = False
     return None if ok else self.description
+
+  def Normalize(self, value):
+    """The form an allowed `value` is stored in (itself, unless the check converts, as dtype names to dtypes)."""
+    return self._normalize(value) if self._normalize else value
 
 
 def _IsInt(value):
@@ -79,7 +83,8 @@ def Fraction(high_open=True):
 
 def OrNone(check):
   """None, or what `check` allows."""
-  return Check(lambda v: v is None or check(v) is None, 'None or %s' % check.description)
+  return Check(lambda v: v is None or check(v) is None, 'None or %s' % check.description,
+               lambda v: None if v is None else check.Normalize(v))
 
 
 def OneOf(*values):
@@ -101,9 +106,16 @@ def Str():
 
 
 def FloatDtype():
-  """A floating-point tf.DType."""
-  return Check(lambda v: isinstance(v, tf.DType) and v.is_floating,
-               'a floating-point dtype (tf.float32, tf.bfloat16, tf.float16 or tf.float64)')
+  """A floating-point tf.DType, or its name ('bfloat16', stored as tf.bfloat16)."""
+  def Allows(v):
+    if isinstance(v, str):
+      v = tf.as_dtype(v[3:] if v.startswith('tf.') else v)
+    return isinstance(v, tf.DType) and v.is_floating
+
+  def Normalize(v):
+    return tf.as_dtype(v[3:] if isinstance(v, str) and v.startswith('tf.') else v)
+
+  return Check(Allows, 'a floating-point dtype (tf.float32, tf.bfloat16, tf.float16 or tf.float64)', Normalize)
 
 
 def _Compiles(pattern):

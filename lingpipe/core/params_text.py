@@ -102,8 +102,9 @@ def ConvertTextValue(key, current, text):
       return cls[name]
     raise Fail()
   if isinstance(current, tf.DType):
+    name = DecodeValue(raw) if raw[:1] in ('"', "'") else raw  # tf.bfloat16, bfloat16 or 'bfloat16'.
     try:
-      return tf.as_dtype(raw[3:] if raw.startswith('tf.') else raw)
+      return tf.as_dtype(name[3:] if name.startswith('tf.') else name)
     except TypeError:
       raise Fail() from None
   if isinstance(current, str):

@@ -13,8 +13,9 @@ from lingpipe.core import context
 from lingpipe.core import errors
 
 
-def ComputeGradients(task, batch, mesh):
-  """(loss, metrics, grads) of `task` (a BaseTask) on `batch`, sharded over the replicas of `mesh`."""
+def ComputeGradients(task, batch, mesh, loss_scale=None):
+  """(loss, metrics, grads) of `task` (a BaseTask) on `batch`, sharded over the replicas of `mesh`; with
+  `loss_scale`, the gradients of the loss times it."""
   variables = task.trainable_variables
   l2_weight = task.params.train.l2_regularizer_weight
   results, tapes = [], []
@@ -26,13 +27,15 @@ def ComputeGradients(task, batch, mesh):
       tapes.append(tape)
   moments.Update()
   loss, metrics, scales = CombineReplicas(results)
+  if loss_scale is not None:
+    scales = [s * tf.cast(loss_scale, s.dtype) for s in scales]
   per_replica = []
   for r, (tape, (replica_loss, _)) in enumerate(zip(tapes, results)):
     with tf.device(mesh.ReplicaDevice(r)):  # Each replica's backward on its own devices.
       per_replica.append(tape.gradient(replica_loss, variables, output_gradients=scales[r]))
   if l2_weight:
     with tf.GradientTape() as tape:
-      penalty = l2_weight * task.L2Penalty()
+      penalty = l2_weight * task.L2Penalty() * (1.0 if loss_scale is None else loss_scale)
     per_replica.append(tape.gradient(penalty, variables))
   grads = []
   for var, parts in zip(variables, zip(*per_replica)):

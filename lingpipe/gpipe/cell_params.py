@@ -13,15 +13,26 @@ import tensorflow as tf
 
 
 class CellParams:
-  """The trainable floating-point variables of one cell (each once), read as tensors."""
+  """The trainable floating-point variables of one cell (each once), read as tensors in the dtype the cell
+  computes with them: a bfloat16 cell casts its float32 weights once per step here, not in every micro-batch."""
 
-  def __init__(self, variables):
+  def __init__(self, variables, compute_dtypes=None):
+    """`compute_dtypes`: {variable.ref(): dtype} to read a variable in (default: its own dtype)."""
     unique = {v.ref(): v for v in variables if v.dtype.is_floating and v.trainable}
     self.variables = list(unique.values())
+    compute_dtypes = compute_dtypes or {}
+    self.dtypes = [compute_dtypes.get(v.ref(), v.dtype) for v in self.variables]
+
+  @classmethod
+  def OfLayers(cls, layers):
+    """The CellParams of `layers` (and their descendants), each variable read in its VariableFPropDtype."""
+    dtypes = {var.ref(): layer.VariableFPropDtype(name) for top in layers for layer in top.Walk()
+              for name, var in layer.vars.items() if var.dtype.is_floating}
+    return cls([v for layer in layers for v in layer.trainable_variables], dtypes)
 
   def Read(self):
-    """The variables' current values, in self.variables order."""
-    return [tf.convert_to_tensor(v) for v in self.variables]
+    """The variables' current values in their compute dtypes, in self.variables order."""
+    return [tf.convert_to_tensor(v) if v.dtype == d else tf.cast(v, d) for v, d in zip(self.variables, self.dtypes)]
 
   def Values(self, tensors):
     """{variable.ref(): tensor} for base_layer.VariablesAs."""

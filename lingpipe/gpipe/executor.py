@@ -372,13 +372,13 @@ class _Interpreter:
           def call():
             in_grads, param_grads = cells.saving[k].SavedBackward(kept.like[k], phase_loop.Index(m), cells.params[k],
                                                                   saved, upstream, cells.Wanted(k))
-            return in_grads, param_grads if acc is None else [x + g for x, g in zip(acc, param_grads)]
+            return in_grads, remat.AddGrads(acc, param_grads)
           cell_in = saved  # What the backward waits for (_Run).
         else:
           def call():
             in_grads, param_grads = cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out,
                                                          cells.Wanted(k))
-            return in_grads, list(param_grads) if acc is None else [x + g for x, g in zip(acc, param_grads)]
+            return in_grads, remat.AddGrads(acc, param_grads)
         in_grads, state.accumulated[k] = self._Run(state, a, m, device, [cell_in, upstream, acc or []], call,
                                                    a.recompute)
     # The device's next action waits for the input gradients and the sum. Waiting for the input gradients alone,
@@ -415,9 +415,13 @@ class _Interpreter:
 
     cell_out = self._Run(state, a, m, device, cell_in, Recompute, False, kind=timeline.RECOMPUTE)
     recomputed = state.times[(timeline.RECOMPUTE, k)].flow if self.recording else []  # Its end stamp, written.
-    return self._Run(state, a, m, device, [upstream, cell_out, recomputed],
-                     lambda: cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out,
-                                                  cells.Wanted(k)), False)
+
+    def Backward():
+      in_grads, param_grads = cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out,
+                                                   cells.Wanted(k))
+      return in_grads, remat.AddGrads(None, param_grads)
+
+    return self._Run(state, a, m, device, [upstream, cell_out, recomputed], Backward, False)
 
   def _InputGradients(self, a, m, state, cell_in, upstream, recorded):
     """A split BACKWARD: the input gradients (re-computing the forward from `cell_in`, or from the forward's
@@ -456,7 +460,7 @@ class _Interpreter:
 
       def Call():
         grads = split_backward.WeightGrads(pending)
-        return grads if acc is None else [x + g for x, g in zip(acc, grads)]
+        return remat.AddGrads(acc, grads)
       state.accumulated[k] = list(self._Run(state, a, m, device, acc or [], Call, False))
     state.last[a.device] = []
     self.sums_of[a.device] = k

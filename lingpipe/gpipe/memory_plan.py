@@ -3,7 +3,8 @@
 From the layers' FPropMeta (output shapes, flops) and parameter counts (built abstractly: no memory), for a
 schedule, a remat policy, K cells and M micro-batches, each device k is predicted to hold at its peak
 
-    weights          W_k = params_k x dtype size
+    weights          W_k = params_k x dtype size (the master weights), and with a compute dtype (fprop_dtype) of
+                     another size the compute copies the step reads them as, params_k x its size
     gradients        W_k, and while micro-batches are summed either one layer's more (sums traced inline: the
                      loss inside with remat 'never', or a split backward) or its largest cell's more (a traced
                      backward returns its cell's gradients together); gpipe 'never' holds the second backward's
@@ -53,6 +54,7 @@ class Layers(NamedTuple):
   out_bytes: Tuple[int, ...]  # bytes of each layer's output
   in_bytes: int  # bytes of the batch
   internal_bytes: Tuple[int, ...] = ()  # bytes each layer's backward reads from inside it (saved_activations.py)
+  compute_size: int = 0  # bytes per element of activations and the weights' compute copies; 0: as the weights
 
   def Internal(self, lo, hi):
     return sum(self.internal_bytes[lo:hi]) if self.internal_bytes else 0
@@ -66,10 +68,11 @@ class CellMemory(NamedTuple):
   slots: int
   stash: int
   working: int
+  copies: int = 0  # the weights' compute copies (fprop_dtype), read once per step
 
   @property
   def peak(self):
-    return self.weights + self.gradients + self.slots + self.stash + self.working
+    return self.weights + self.copies + self.gradients + self.slots + self.stash + self.working
 
 
 class Candidate(NamedTuple):
@@ -111,29 +114,39 @@ def _Shapes(input_shapes):
   return tf.TensorShape(input_shapes)
 
 
-def DescribeLayers(layer_params, input_shapes, dtype_size=4, trace=True, fused=False):
+def DescribeLayers(layer_params, input_shapes, dtype_size=4, trace=True, fused=False, fprop_dtype=None):
   """Layers of `layer_params` (a flat list of layer Params) on a batch of `input_shapes` (a list, or a dict of
   lists for NestedMap inputs). Parameter counts come from an abstract build, which allocates nothing; with `trace`,
   what each layer's backward reads from inside it comes from tracing it (saved_activations.py), else only the
-  layers' outputs are counted; with `fused`, what a fusing compiler would keep of it (Saved.fused_internal)."""
+  layers' outputs are counted; with `fused`, what a fusing compiler would keep of it (Saved.fused_internal).
+  Activations are counted in `fprop_dtype` (the layers compute in it, as in a pipeline whose fprop_dtype it is;
+  None: the first layer's, else `dtype_size` bytes an element), and what a traced layer keeps in float32 (norm
+  statistics, the softmax's logits) at 4 bytes an element."""
+  if fprop_dtype is not None:
+    fprop_dtype = tf.as_dtype(fprop_dtype)
+    layer_params = [p.Copy().Set(fprop_dtype=p.fprop_dtype or fprop_dtype) for p in layer_params]
+  compute = (fprop_dtype or layer_params[0].fprop_dtype) if layer_params else None
+  act_size = compute.size if compute is not None else dtype_size
   if input_shapes is None:
     raise errors.ConfigError('The memory planner needs the input shapes of one batch: set the pipeline\'s '
                              'input_shapes (e.g. [batch, features]).')
   shapes = _Shapes(input_shapes)
-  in_bytes = Bytes(shapes, dtype_size)
+  in_bytes = Bytes(shapes, act_size)
   params, flops, out_bytes, internal = [], [], [], []
   for i, p in enumerate(layer_params):
     with base_layer.AbstractVariables():
       layer = p.Copy().Set(name=p.name or 'layer_%d' % i).Instantiate()
     params.append(base_layer.NumParams(layer))
-    saved = saved_activations.Describe(p, shapes) if trace else None
-    # Traced in float32: scaled to dtype_size.
-    internal.append((saved.fused_internal if fused else saved.internal) * dtype_size // 4 if saved else 0)
+    saved = saved_activations.Describe(p, shapes, compute or tf.float32) if trace else None
+    traced = (saved.fused_internal if fused else saved.internal) if saved else 0
+    # Traced in the compute dtype; without one, in float32 and scaled to dtype_size (a what-if of another size).
+    internal.append(traced if compute else traced * dtype_size // 4)
     meta = p.cls.FPropMeta(p, shapes)
     flops.append(float(meta.flops))
     shapes = meta.out_shapes[0]
-    out_bytes.append(Bytes(shapes, dtype_size))
-  return Layers(tuple(params), tuple(flops), tuple(out_bytes), in_bytes, tuple(internal))
+    out_bytes.append(Bytes(shapes, act_size))
+  return Layers(tuple(params), tuple(flops), tuple(out_bytes), in_bytes, tuple(internal),
+                act_size if compute is not None else 0)
 
 
 def BatchSize(input_shapes, batch_dim=0):
@@ -144,8 +157,8 @@ def BatchSize(input_shapes, batch_dim=0):
 
 def StepBytes(cells):
   """What a step adds to the weights on all the devices of one allocator (one process on CPU): the devices'
-  gradients, stash and working sets summed."""
-  return sum(c.gradients + c.stash + c.working for c in cells)
+  weights' compute copies, gradients, stash and working sets summed."""
+  return sum(c.copies + c.gradients + c.stash + c.working for c in cells)
 
 
 def OptimizerSlots(optimizer_params):
@@ -166,10 +179,12 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
   bounds = [0]
   for c in counts:
     bounds.append(bounds[-1] + c)
-  kept, working, weights, ends, activations = {}, {}, {}, {}, {}
+  kept, working, weights, ends, activations, copies = {}, {}, {}, {}, {}, {}
+  copy_size = layers.compute_size if layers.compute_size not in (0, dtype_size) else 0
   for k in range(len(counts)):
     lo, hi = bounds[k], bounds[k + 1]
     weights[k] = sum(layers.params[lo:hi]) * dtype_size
+    copies[k] = sum(layers.params[lo:hi]) * copy_size  # Read once per step in the compute dtype (cell_params.py).
     outs = layers.out_bytes[lo:hi]
     cell_in = layers.in_bytes if k == 0 else layers.out_bytes[lo - 1]
     inside = sum(outs) + layers.Internal(lo, hi)  # What its backward reads, but its input.
@@ -221,7 +236,7 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     else:  # A traced backward's call returns its cell's gradients together, then they are added to the sum.
       gradients = w + max(weights[k] for k in (called or own))
     devices.append(CellMemory(d, w, gradients, slots * w, int(peak + sum(ends[k] for k in own)),
-                              int(max(working[k] for k in own))))
+                              int(max(working[k] for k in own)), sum(copies[k] for k in own)))
   return devices
 
 
@@ -242,11 +257,11 @@ def PredictedSpeedup(layers, counts, num_micro, remat, schedule='gpipe', num_dev
 
 def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batches=(1, 2, 4, 8, 16, 32),
                remats=schedule_lib.REMAT_POLICIES, balance='flops', slots=0, dtype_size=4,
-               schedules=schedule_lib.SCHEDULES, virtual_stages=(2,)):
+               schedules=schedule_lib.SCHEDULES, virtual_stages=(2,), fprop_dtype=None):
   """Every (schedule, remat, K <= num_devices, M dividing batch_size) configuration; 'interleaved_1f1b' with each
   of `virtual_stages` cells per device (K x v cells at most the number of layers). `balance` a list: the layers
   per cell of one cut, planned for the K (and v) it fits."""
-  layers = DescribeLayers(layer_params, input_shapes, dtype_size)
+  layers = DescribeLayers(layer_params, input_shapes, dtype_size, fprop_dtype=fprop_dtype)
   if balance in ('time', 'memory'):
     balance = 'flops'  # Those measure on a sample batch; the planner runs nothing.
   candidates = []
@@ -305,6 +320,7 @@ def Table(candidates, device_memory) -> List[str]:
     name = c.schedule + (' v=%d' % c.virtual_stages if c.virtual_stages > 1 else '')
     lines.append('%-21s %-12s %3d %4d  %-14s %10.1f %10.1f %10.1f %10.1f  %6.3f %8.2f  %s' % (
         name, c.remat, c.num_splits, c.num_micro_batches, ','.join(map(str, c.counts))[:14],
-        c.peak / 2**20, big.weights / 2**20, big.stash / 2**20, big.working / 2**20, c.bubble, c.speedup,
+        c.peak / 2**20, (big.weights + big.copies) / 2**20, big.stash / 2**20, big.working / 2**20, c.bubble,
+        c.speedup,
         'yes' if c.peak <= device_memory else 'no'))
   return lines

@@ -160,7 +160,7 @@ class PipeliningLayer(base_layer.BaseLayer):
                         devices=[self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])])
     object.__setattr__(self, '_cell_fns', {})
     object.__setattr__(self, '_cell_params', None if base_layer.IsAbstract() else [
-        cell_params.CellParams(self.CellVariables(k)) for k in range(self._num_cells)])
+        cell_params.CellParams.OfLayers(self.CellLayers(k)) for k in range(self._num_cells)])
     DisableFunctionSpecialization()
 
   # -- structure -----------------------------------------------------------------------------------------------
@@ -243,8 +243,8 @@ class PipeliningLayer(base_layer.BaseLayer):
           meta = type(layer).FPropMeta(layer.params, shapes)
           shapes = meta.out_shapes[0]
           flops += meta.flops
-          activation += memory_plan.Bytes(shapes, self.params.dtype.size) // num_micro
-        boundary = memory_plan.Bytes(shapes, self.params.dtype.size)
+          activation += memory_plan.Bytes(shapes, layer.fprop_dtype.size) // num_micro
+        boundary = memory_plan.Bytes(shapes, layers[-1].fprop_dtype.size)
       summaries.append(NestedMap(cell=k, layers=[layer.path for layer in layers], device=self._devices[k],
                                  params=params, flops=flops, activation_bytes=activation,
                                  boundary_bytes=boundary))

@@ -117,6 +117,13 @@ def TapedBackward(params, inputs, upstream, tape, outputs, wanted=None):
   return Backward(None, params, inputs, upstream, tape=tape, outputs=outputs, wanted=wanted)
 
 
+def AddGrads(accumulated, grads):
+  """`accumulated` + `grads` (or `grads` when None): a cell's parameter gradients summed over micro-batches, in
+  float32 when they come in a half-precision compute dtype, as the float32 master weights they update."""
+  grads = [tf.cast(g, tf.float32) if g.dtype in (tf.bfloat16, tf.float16) else g for g in grads]
+  return grads if accumulated is None else [a + g for a, g in zip(accumulated, grads)]
+
+
 def AccumulatingBackward(backward, device, stamped=False):
   """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
 
@@ -134,7 +141,7 @@ def AccumulatingBackward(backward, device, stamped=False):
   def Step(inputs, output_grads, micro_batch_index, params, accumulated):
     def Body():
       input_grads, param_grads = backward(inputs, output_grads, micro_batch_index, params)
-      return input_grads, [a + g for a, g in zip(accumulated, param_grads)]
+      return input_grads, AddGrads(accumulated, param_grads)
 
     with tf.device(device):
       if not stamped:

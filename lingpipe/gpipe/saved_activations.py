@@ -67,7 +67,9 @@ def _Trace(layer_params, shapes, dtype):
   with graph.as_default():
     with base_layer.AbstractVariables():
       layer = layer_params.Copy().Set(name=layer_params.name or 'layer').Instantiate()
-    abstract = {v: tf.compat.v1.placeholder(v.dtype, v.shape) for l in layer.Walk() for v in l.vars.values()}
+    # The weights as a pipeline cell reads them: in their compute dtype, cast once per step outside the cell.
+    abstract = {v: tf.compat.v1.placeholder(l.VariableFPropDtype(name), v.shape) for l in layer.Walk()
+                for name, v in l.vars.items()}
     inputs = _Placeholders(shapes, dtype)
     with context.Training(True), base_layer.VariablesAs([layer], abstract):
       outputs = layer.FProp(inputs)

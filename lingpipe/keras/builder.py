@@ -14,6 +14,9 @@ training) starts from the same weights. A restored checkpoint overwrites them ei
 import ast
 import functools
 
+import keras
+import tensorflow as tf
+
 from lingpipe.core import errors
 from lingpipe.core import params_text
 from lingpipe.gpipe import pipelining_layer
@@ -32,15 +35,25 @@ def BuilderName(builder):
 
 
 @functools.lru_cache(maxsize=2)
-def _Units(name, kwargs_text, cut_at_text):
+def _Units(name, kwargs_text, cut_at_text, policy):
   module_name, _, attribute = name.rpartition('.')
-  model = params_text.ImportQualified(module_name, attribute)(**ast.literal_eval(kwargs_text))
+  build = params_text.ImportQualified(module_name, attribute)
+  previous = keras.config.dtype_policy()
+  keras.config.set_dtype_policy(policy or previous)
+  try:
+    model = build(**ast.literal_eval(kwargs_text))
+  finally:
+    keras.config.set_dtype_policy(previous)
   return tuple(cut.Units(model, ast.literal_eval(cut_at_text)))
 
 
-def Units(builder, builder_kwargs=None, cut_at=None):
-  """[(unit, input shape)] of the builder's model cut as lingpipe.keras cuts models (built once per process)."""
-  return _Units(BuilderName(builder), repr(dict(sorted((builder_kwargs or {}).items()))), repr(cut_at))
+def Units(builder, builder_kwargs=None, cut_at=None, fprop_dtype=None):
+  """[(unit, input shape)] of the builder's model cut as lingpipe.keras cuts models (built once per process). With
+  `fprop_dtype` bfloat16 or float16 (the KerasLayer's), the model is built under Keras's mixed_<dtype> policy: its
+  layers compute in that dtype on float32 weights, as lingpipe's own layers do."""
+  fprop_dtype = tf.as_dtype(fprop_dtype) if fprop_dtype is not None else None
+  policy = 'mixed_' + fprop_dtype.name if fprop_dtype in (tf.bfloat16, tf.float16) else None
+  return _Units(BuilderName(builder), repr(dict(sorted((builder_kwargs or {}).items()))), repr(cut_at), policy)
 
 
 def PipelineParams(builder, builder_kwargs=None, cut_at=None, input_shape=None, **pipeline_params):

@@ -18,15 +18,20 @@ micro-batch (and again when it re-computes):
   re-computation of a forward draws the masks the forward drew, and every step and micro-batch draws new ones.
 - Any other non-trainable variable a forward assigns: an error, naming it (its updates could not be merged over
   micro-batches).
+- Mixed precision (a `mixed_bfloat16` or `mixed_float16` dtype policy): Keras's `__call__` casts a layer's inputs
+  to its compute dtype and its variables as it reads them, and `stateless_call` does neither, so FProp does both
+  (ComputeScope): the layer computes, and hands its outputs on, in its compute dtype.
 
 A built Keras layer is copied (from its config, with its weights' values) under the cell's device scope, so its
 variables live on the cell's device and the model it came from is left as it was; an unbuilt one is built there.
 """
 
+import contextlib
 import warnings
 import zlib
 
 import keras
+from keras.src import backend as keras_backend  # AutocastScope: what Keras's own __call__ opens (ComputeScope).
 import tensorflow as tf
 
 from lingpipe.core import base_layer
@@ -48,6 +53,25 @@ class KerasRef:
 
   def __repr__(self):
     return 'KerasRef(%s)' % getattr(self.obj, 'name', type(self.obj).__name__)
+
+
+def ConvertInputs(layer, inputs):
+  """`inputs` as Keras's __call__ gives them to `layer.call`: floating-point ones cast to its input dtype when it
+  autocasts (a functional model leaves that to its own layers)."""
+  if not getattr(layer, '_convert_input_args', True):
+    return inputs
+  return tf.nest.map_structure(
+      lambda x: layer.dtype_policy.convert_input(x, layer.autocast, layer.input_dtype)
+      if isinstance(x, tf.Tensor) else x, inputs)
+
+
+def ComputeScope(layer):
+  """The autocast scope Keras's __call__ opens for `layer`: its variables read in its compute dtype when that
+  differs from theirs (a mixed precision policy); else no scope."""
+  if (layer.autocast and keras_backend.is_float_dtype(layer.compute_dtype) and
+      layer.compute_dtype != layer.variable_dtype):
+    return keras_backend.AutocastScope(layer.compute_dtype)
+  return contextlib.nullcontext()
 
 
 def CurrentDevice():
@@ -161,6 +185,10 @@ class KerasLayer(base_layer.BaseLayer):
   def MovingStatsTargets(self):
     return [stats for _, _, stats in self._batch_norms]
 
+  def VariableFPropDtype(self, name):
+    """Its own dtype: Keras casts the variables its policy says to as the layer reads them (ComputeScope)."""
+    return getattr(self, name).dtype
+
   def FProp(self, inputs):
     training = bool(context.IsTraining())
     trainable = [getattr(self, name) for name in self._trainable_names]
@@ -174,7 +202,9 @@ class KerasLayer(base_layer.BaseLayer):
         feed[i] = _DrawSeed(state[i], salt)
     # Only layers whose call takes `training` get it (Keras's own __call__ makes the same check).
     kwargs = {'training': training} if getattr(self._keras, '_call_has_training_arg', True) else {}
-    outputs, new_state = self._keras.stateless_call(trainable, feed, ToKeras(inputs), **kwargs)
+    with ComputeScope(self._keras):
+      outputs, new_state = self._keras.stateless_call(trainable, feed, ConvertInputs(self._keras, ToKeras(inputs)),
+                                                      **kwargs)
     if training:
       self._CheckNoOtherState(feed, new_state)
       self._ReportMoments(inputs, new_state)
@@ -208,7 +238,7 @@ class KerasLayer(base_layer.BaseLayer):
     """[params]; or, for all pieces of a builder's model (unit None), one copy per piece."""
     if not (params.keras_layer is None and params.builder and params.unit is None):
       return [params]
-    units = builder.Units(params.builder, params.builder_kwargs, params.cut_at)
+    units = builder.Units(params.builder, params.builder_kwargs, params.cut_at, params.fprop_dtype)
     return [params.Copy().Set(name='%s_%d' % (params.name, i), unit=i,
                               input_shape=params.input_shape if i == 0 else None) for i in range(len(units))]
 
@@ -224,7 +254,7 @@ class KerasLayer(base_layer.BaseLayer):
 def _GivenLayer(p, path):
   """The Keras layer KerasLayer params name: p.keras_layer's, or piece p.unit of p.builder's model."""
   if p.keras_layer is None and p.builder:
-    units = builder.Units(p.builder, p.builder_kwargs, p.cut_at)
+    units = builder.Units(p.builder, p.builder_kwargs, p.cut_at, p.fprop_dtype)
     if p.unit is None:
       raise errors.ConfigError('Layer %s: unit is None (every piece of %r): put the layer in a PipeliningLayer\'s '
                                'layers, which runs one KerasLayer per piece, or set unit.' % (path, p.builder))

@@ -47,6 +47,9 @@ class Pipeline(keras.Model):
                balance=None, devices=None, cut_at=None, input_shape=None, batch_size=None, name=None,
                **kwargs):
     super().__init__(name=name or 'pipeline', **kwargs)
+    # compile() scales the loss of a mixed_float16 model (or list of layers), as Keras compiles such a model.
+    self._mixed_float16 = any(getattr(getattr(m, 'dtype_policy', None), 'name', '') == 'mixed_float16'
+                              for m in (model if isinstance(model, (list, tuple)) else [model]))
     units = cut.Units(model, cut_at)
     if input_shape is not None and units[0][1] is None:  # The model's own input shape wins.
       units[0] = (units[0][0], input_shape)
@@ -277,6 +280,10 @@ class Pipeline(keras.Model):
       raise errors.ConfigError('lingpipe.keras.Pipeline: jit_compile=True cannot compile one XLA cluster across '
                                'the pipeline\'s devices; leave it False.')
     super().compile(*args, jit_compile=False, **kwargs)
+    # Keras wraps the optimizer of a model whose own policy is mixed_float16; the pipeline's is the default one.
+    if (kwargs.get('auto_scale_loss', True) and self._mixed_float16 and self.optimizer is not None
+        and not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)):
+      self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer, name='loss_scale_optimizer')
     self._BuildOptimizerOnCellDevices()
 
   def _BuildOptimizerOnCellDevices(self):

@@ -19,6 +19,10 @@ class MultiHeadAttention(base_layer.BaseLayer):
   Incremental decoding: `ProjectMemory(memory)` gives the keys and values of a fixed memory once (cross-attention);
   `InitCache(batch, max_len)` and `ExtendStep(query_t, cache, t)` attend one new position to itself and all earlier
   ones, keeping their keys and values in the cache (causal self-attention without re-computing the prefix).
+
+  Everything runs in the compute dtype but a float16 model's logits, masks and softmax, which run in the variables'
+  dtype (float32): float16 logits overflow. bfloat16 has float32's range, and its probabilities take half the
+  memory (at long sequences the largest tensors a Transformer keeps).
   """
 
   @classmethod
@@ -53,21 +57,27 @@ class MultiHeadAttention(base_layer.BaseLayer):
 
   def _Heads(self, x, w):
     """[B, T, D] -> projected [B, heads, T, head_dim]."""
-    x = tf.einsum('btd,de->bte', x, w)
+    x = tf.einsum('btd,de->bte', self.ToFProp(x), w)
     b, t = tf.shape(x)[0], tf.shape(x)[1]
     return tf.transpose(tf.reshape(x, [b, t, self.params.num_heads, self._head_dim]), [0, 2, 1, 3])
 
   def _Attend(self, query, k, v, bias):
-    """Output [B, T, D] of queries [B, T, D] over heads k, v [B, H, S, d]; bias [B or 1, 1, T or 1, S]."""
-    q = self._Heads(query, self.wq) / math.sqrt(self._head_dim)
-    logits = tf.einsum('bhtd,bhsd->bhts', q, k) + bias
-    context = tf.einsum('bhts,bhsd->bhtd', tf.nn.softmax(logits), v)
+    """Output [B, T, D] of queries [B, T, D] over heads k, v [B, H, S, d]; bias [B or 1, 1, T or 1, S] in
+    _LogitDtype."""
+    theta = self.theta
+    q = self._Heads(query, theta.wq) / math.sqrt(self._head_dim)
+    logits = tf.cast(tf.einsum('bhtd,bhsd->bhts', q, k), self._LogitDtype()) + bias
+    probs = tf.cast(tf.nn.softmax(logits), v.dtype)
+    context = tf.einsum('bhts,bhsd->bhtd', probs, v)
     b, t = tf.shape(query)[0], tf.shape(query)[1]
     context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]), [b, t, self._head_dim * self.params.num_heads])
-    return tf.einsum('bte,ed->btd', context, self.wo)
+    return tf.einsum('bte,ed->btd', context, theta.wo)
 
-  @staticmethod
-  def _BigNegative(dtype):
+  def _LogitDtype(self):
+    return self.params.dtype if self.fprop_dtype == tf.float16 else self.fprop_dtype
+
+  def _BigNegative(self):
+    dtype = self._LogitDtype()
     return tf.constant(-1e9 if dtype == tf.float32 else -1e30, dtype)
 
   def FProp(self, query, memory=None, memory_paddings=None):
@@ -75,35 +85,39 @@ class MultiHeadAttention(base_layer.BaseLayer):
     self.CheckInputShape(query, rank=3, last_dim=p.input_dim, arg='query')
     memory = query if memory is None else memory
     self.CheckInputShape(memory, rank=3, last_dim=p.input_dim, arg='memory')
-    k, v = self._Heads(memory, self.wk), self._Heads(memory, self.wv)
-    bias = tf.zeros([1, 1, 1, 1], query.dtype)
+    theta = self.theta
+    k, v = self._Heads(memory, theta.wk), self._Heads(memory, theta.wv)
+    bias = tf.zeros([1, 1, 1, 1], self._LogitDtype())
     if memory_paddings is not None:
-      bias += tf.cast(memory_paddings, query.dtype)[:, None, None, :] * self._BigNegative(query.dtype)
+      bias += tf.cast(memory_paddings, self._LogitDtype())[:, None, None, :] * self._BigNegative()
     if p.causal:
       t, s = tf.shape(query)[1], tf.shape(memory)[1]
-      future = 1.0 - tf.linalg.band_part(tf.ones([t, s], query.dtype), -1, 0)
-      bias += future[None, None] * self._BigNegative(query.dtype)
+      future = 1.0 - tf.linalg.band_part(tf.ones([t, s], self._LogitDtype()), -1, 0)
+      bias += future[None, None] * self._BigNegative()
     return self._Attend(query, k, v, bias)
 
   def ProjectMemory(self, memory):
     """NestedMap(k, v) of a fixed memory [B, S, D], for CrossStep."""
-    return NestedMap(k=self._Heads(memory, self.wk), v=self._Heads(memory, self.wv))
+    theta = self.theta
+    return NestedMap(k=self._Heads(memory, theta.wk), v=self._Heads(memory, theta.wv))
 
   def CrossStep(self, query, projected, memory_paddings):
     """Attention of query [B, 1, D] over a memory projected by ProjectMemory."""
-    bias = tf.cast(memory_paddings, query.dtype)[:, None, None, :] * self._BigNegative(query.dtype)
+    bias = tf.cast(memory_paddings, self._LogitDtype())[:, None, None, :] * self._BigNegative()
     return self._Attend(query, projected.k, projected.v, bias)
 
-  def InitCache(self, batch, max_len, dtype=tf.float32):
+  def InitCache(self, batch, max_len):
+    """Empty keys and values of max_len positions, in the compute dtype."""
     shape = [batch, self.params.num_heads, max_len, self._head_dim]
-    return NestedMap(k=tf.zeros(shape, dtype), v=tf.zeros(shape, dtype))
+    return NestedMap(k=tf.zeros(shape, self.fprop_dtype), v=tf.zeros(shape, self.fprop_dtype))
 
   def ExtendStep(self, query, cache, t):
     """Self-attention of the position t query [B, 1, D] over positions 0..t; returns (output, updated cache)."""
-    at_t = tf.one_hot(t, tf.shape(cache.k)[2], dtype=query.dtype)[None, None, :, None]
-    cache = NestedMap(k=cache.k + at_t * self._Heads(query, self.wk), v=cache.v + at_t * self._Heads(query, self.wv))
-    later = tf.cast(tf.range(tf.shape(cache.k)[2]) > t, query.dtype)
-    return self._Attend(query, cache.k, cache.v, later[None, None, None, :] * self._BigNegative(query.dtype)), cache
+    theta = self.theta
+    at_t = tf.one_hot(t, tf.shape(cache.k)[2], dtype=cache.k.dtype)[None, None, :, None]
+    cache = NestedMap(k=cache.k + at_t * self._Heads(query, theta.wk), v=cache.v + at_t * self._Heads(query, theta.wv))
+    later = tf.cast(tf.range(tf.shape(cache.k)[2]) > t, self._LogitDtype())
+    return self._Attend(query, cache.k, cache.v, later[None, None, None, :] * self._BigNegative()), cache
 
   @classmethod
   def FPropMeta(cls, params, query_shape, memory_shape=None):

@@ -1,4 +1,5 @@
-"""Batch normalization with moving statistics for evaluation."""
+"""Batch normalization with moving statistics for evaluation, computed in the variables' dtype (float32)
+whatever the compute dtype: statistics and moving averages need its precision."""
 
 import tensorflow as tf
 
@@ -34,8 +35,8 @@ class BatchNormLayer(base_layer.BaseLayer):
     if not 0.0 <= p.decay < 1.0:
       raise errors.ConfigError('Layer %s: decay must be in [0, 1), got %r.' % (self.path, p.decay))
     zeros, ones = weight_init.WeightInit.Constant(0.0), weight_init.WeightInit.Constant(1.0)
-    self.CreateVariable('beta', weight_init.WeightParams([p.dim], zeros))
-    self.CreateVariable('gamma', weight_init.WeightParams([p.dim], ones))
+    self.CreateVariable('beta', weight_init.WeightParams([p.dim], zeros), keep_dtype=True)
+    self.CreateVariable('gamma', weight_init.WeightParams([p.dim], ones), keep_dtype=True)
     self.CreateVariable('moving_mean', weight_init.WeightParams([p.dim], zeros, trainable=False))
     self.CreateVariable('moving_variance', weight_init.WeightParams([p.dim], ones, trainable=False))
 
@@ -72,6 +73,7 @@ class BatchNormLayer(base_layer.BaseLayer):
   def FProp(self, inputs):
     p = self.params
     self.CheckInputShape(inputs, min_rank=2, last_dim=p.dim)
+    inputs, theta = tf.cast(inputs, p.dtype), self.theta
     if context.IsTraining() and not p.use_moving_stats_in_training:
       mean, variance, part = self.ComputeMoments(inputs)
       collector = context.CurrentBatchNormStats()
@@ -81,7 +83,7 @@ class BatchNormLayer(base_layer.BaseLayer):
         collector.Add(self, part)
     else:
       mean, variance = self.moving_mean, self.moving_variance
-    return tf.nn.batch_normalization(inputs, mean, variance, self.beta, self.gamma, p.epsilon)
+    return self.ToFProp(tf.nn.batch_normalization(inputs, mean, variance, theta.beta, theta.gamma, p.epsilon))
 
   @classmethod
   def FPropMeta(cls, params, input_shape):

@@ -52,10 +52,11 @@ class Conv2DLayer(base_layer.BaseLayer):
   def FProp(self, inputs):
     p = self.params
     self.CheckInputShape(inputs, rank=4, last_dim=p.filter_shape[2])
-    out = tf.nn.conv2d(inputs, self.w, strides=[1] + list(p.filter_stride) + [1], padding=p.padding,
+    inputs, theta = self.ToFProp(inputs), self.theta
+    out = tf.nn.conv2d(inputs, theta.w, strides=[1] + list(p.filter_stride) + [1], padding=p.padding,
                        dilations=[1] + list(p.dilation_rate) + [1])
     if p.has_bias:
-      out += self.b
+      out += theta.b
     return activations.GetFn(p.activation)(out)
 
   @classmethod
@@ -95,10 +96,11 @@ class DepthwiseConv2DLayer(base_layer.BaseLayer):
   def FProp(self, inputs):
     p = self.params
     self.CheckInputShape(inputs, rank=4, last_dim=p.filter_shape[2])
-    out = tf.nn.depthwise_conv2d(inputs, self.w, strides=[1] + list(p.filter_stride) + [1], padding=p.padding,
+    inputs, theta = self.ToFProp(inputs), self.theta
+    out = tf.nn.depthwise_conv2d(inputs, theta.w, strides=[1] + list(p.filter_stride) + [1], padding=p.padding,
                                  dilations=list(p.dilation_rate))
     if p.has_bias:
-      out += self.b
+      out += theta.b
     return activations.GetFn(p.activation)(out)
 
   @classmethod

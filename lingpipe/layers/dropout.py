@@ -47,9 +47,9 @@ class DropoutLayer(base_layer.BaseLayer):
     if p.deterministic:
       layer_seed = (p.random_seed * 1000003 + zlib.crc32(self.path.encode('utf-8'))) & 0x7FFFFFFF
       seed = tf.stack([tf.constant(layer_seed, tf.int64), context.CurrentStepSeed()])
-      uniform = tf.random.stateless_uniform(noise_shape, seed=seed, dtype=inputs.dtype)
+      uniform = tf.random.stateless_uniform(noise_shape, seed=seed)
     else:
-      uniform = tf.random.uniform(noise_shape, dtype=inputs.dtype)
+      uniform = tf.random.uniform(noise_shape)  # float32 in any compute dtype: bfloat16 draws would tie often.
     keep = tf.cast(uniform < p.keep_prob, inputs.dtype)
     return inputs * keep / tf.cast(p.keep_prob, inputs.dtype)
 

@@ -35,7 +35,7 @@ class EmbeddingLayer(base_layer.BaseLayer):
     if not ids.dtype.is_integer:
       raise errors.ShapeError('Layer %s (EmbeddingLayer): ids must be integers, got %s.' % (
           self.path, ids.dtype.name))
-    out = tf.gather(self.emb, ids)
+    out = tf.gather(self.theta.emb, ids)
     if p.scale_sqrt_depth:
       out *= math.sqrt(p.embedding_dim)
     return out

@@ -1,4 +1,5 @@
-"""Layer normalization over the last dimension."""
+"""Layer normalization over the last dimension, computed in the variables' dtype (float32) whatever the
+compute dtype: the statistics need its precision."""
 
 import tensorflow as tf
 
@@ -22,13 +23,17 @@ class LayerNormLayer(base_layer.BaseLayer):
     p = self.params
     if p.dim <= 0:
       raise errors.ConfigError('Layer %s: dim must be positive, got %d.' % (self.path, p.dim))
-    self.CreateVariable('scale', weight_init.WeightParams([p.dim], weight_init.WeightInit.Constant(1.0)))
-    self.CreateVariable('bias', weight_init.WeightParams([p.dim], weight_init.WeightInit.Constant(0.0)))
+    self.CreateVariable('scale', weight_init.WeightParams([p.dim], weight_init.WeightInit.Constant(1.0)),
+                        keep_dtype=True)
+    self.CreateVariable('bias', weight_init.WeightParams([p.dim], weight_init.WeightInit.Constant(0.0)),
+                        keep_dtype=True)
 
   def FProp(self, inputs):
     self.CheckInputShape(inputs, min_rank=1, last_dim=self.params.dim)
-    mean, variance = tf.nn.moments(inputs, axes=[-1], keepdims=True)
-    return (inputs - mean) * tf.math.rsqrt(variance + self.params.epsilon) * self.scale + self.bias
+    theta = self.theta
+    x = tf.cast(inputs, self.params.dtype)
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    return self.ToFProp((x - mean) * tf.math.rsqrt(variance + self.params.epsilon) * theta.scale + theta.bias)
 
   @classmethod
   def FPropMeta(cls, params, input_shape):

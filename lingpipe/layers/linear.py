@@ -36,9 +36,10 @@ class ProjectionLayer(base_layer.BaseLayer):
   def FProp(self, inputs):
     p = self.params
     self.CheckInputShape(inputs, min_rank=1, last_dim=p.input_dim)
-    out = tf.tensordot(inputs, self.w, axes=[[inputs.shape.rank - 1], [0]])
+    inputs, theta = self.ToFProp(inputs), self.theta
+    out = tf.tensordot(inputs, theta.w, axes=[[inputs.shape.rank - 1], [0]])
     if p.has_bias:
-      out += self.b
+      out += theta.b
     return activations.GetFn(p.activation)(out)
 
   @classmethod

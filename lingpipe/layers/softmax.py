@@ -1,4 +1,6 @@
-"""SoftmaxLayer: logits with optional clipping, and cross-entropy with optional label smoothing."""
+"""SoftmaxLayer: logits with optional clipping, and cross-entropy with optional label smoothing.
+
+The projection runs in the compute dtype; logits, softmax and cross-entropy in the variables' dtype (float32)."""
 
 import tensorflow as tf
 
@@ -30,12 +32,14 @@ class SoftmaxLayer(base_layer.BaseLayer):
       raise errors.ConfigError('Layer %s: label_smoothing must be in [0, 1), got %r.' % (
           self.path, p.label_smoothing))
     self.CreateVariable('w', weight_init.WeightParams([p.input_dim, p.num_classes]))
-    self.CreateVariable('b', weight_init.WeightParams([p.num_classes], weight_init.WeightInit.Constant()))
+    self.CreateVariable('b', weight_init.WeightParams([p.num_classes], weight_init.WeightInit.Constant()),
+                        keep_dtype=True)
 
   def Logits(self, inputs):
     p = self.params
     self.CheckInputShape(inputs, min_rank=1, last_dim=p.input_dim)
-    logits = tf.tensordot(inputs, self.w, axes=[[inputs.shape.rank - 1], [0]]) + self.b
+    inputs, theta = self.ToFProp(inputs), self.theta
+    logits = tf.cast(tf.tensordot(inputs, theta.w, axes=[[inputs.shape.rank - 1], [0]]), p.dtype) + theta.b
     if p.logits_abs_max is not None:
       logits = tf.clip_by_value(logits, -p.logits_abs_max, p.logits_abs_max)
     return logits

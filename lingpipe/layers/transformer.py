@@ -65,7 +65,7 @@ class TransformerLayer(base_layer.BaseLayer):
 
   def FProp(self, inputs):
     self._CheckInputs(inputs, ('x', 'paddings'))
-    x, paddings = inputs['x'], inputs['paddings']
+    x, paddings = self.ToFProp(inputs['x']), inputs['paddings']
     h = self.attention.FProp(self.attention_norm.FProp(x), memory_paddings=paddings)
     x = self._FeedForward(x + self.dropout.FProp(h))
     x *= 1.0 - tf.cast(paddings, x.dtype)[..., None]  # Padded positions stay zero.
@@ -105,7 +105,7 @@ class TransformerDecoderLayer(TransformerLayer):
 
   def FProp(self, inputs):
     self._CheckInputs(inputs, ('x', 'paddings', 'encoded', 'encoded_paddings'))
-    x, paddings = inputs['x'], inputs['paddings']
+    x, paddings = self.ToFProp(inputs['x']), inputs['paddings']
     h = self.attention.FProp(self.attention_norm.FProp(x))
     x = x + self.dropout.FProp(h)
     h = self.cross_attention.FProp(self.cross_attention_norm.FProp(x), inputs['encoded'],
@@ -117,7 +117,7 @@ class TransformerDecoderLayer(TransformerLayer):
     return out
 
   def InitState(self, encoded, encoded_paddings, max_len):
-    return NestedMap(self_cache=self.attention.InitCache(tf.shape(encoded)[0], max_len, encoded.dtype),
+    return NestedMap(self_cache=self.attention.InitCache(tf.shape(encoded)[0], max_len),
                      memory=self.cross_attention.ProjectMemory(encoded), encoded_paddings=encoded_paddings)
 
   def ExtendStep(self, x, state, t):

@@ -65,8 +65,9 @@ def PrintCells(pipeline, out=None, slots=0):
   """A table of the pipeline's cells: layers, device, parameters, flops, estimated activation memory; and the
   memory planner's prediction for its K and M (`slots`: the optimizer's slot variables per weight)."""
   p = pipeline.params
-  print('# Pipeline %s: %d cells, %d micro-batches, remat=%s, schedule=%s' % (
-      pipeline.path, pipeline.num_cells, p.num_micro_batches, p.remat, p.schedule), file=out)
+  print('# Pipeline %s: %d cells, %d micro-batches, remat=%s, schedule=%s, weights %s, computes in %s' % (
+      pipeline.path, pipeline.num_cells, p.num_micro_batches, p.remat, p.schedule, p.dtype.name,
+      pipeline.fprop_dtype.name), file=out)
   print('%-5s %-28s %-26s %10s %10s %14s %14s' % ('cell', 'layers', 'device', 'params', 'flops',
                                                   'act/micro-b', 'boundary'), file=out)
   for s in pipeline.CellSummaries():
@@ -84,6 +85,7 @@ def PrintCells(pipeline, out=None, slots=0):
       [layer.params for layer in pipeline.units], shapes, pipeline.num_devices, batch,
       micro_batches=(pipeline.params.num_micro_batches,), balance=[
           len(pipeline.CellLayers(k)) for k in range(pipeline.num_cells)], slots=slots, dtype_size=p.dtype.size,
+      fprop_dtype=pipeline.fprop_dtype,
       virtual_stages=(p.virtual_stages,) if p.virtual_stages > 1 else ())
   print('# Memory planner, per device, with %d optimizer slot(s) per weight (lingpipe/gpipe/memory_plan.py; '
         'tools/plan_pipeline.py explores K and M):' % slots, file=out)

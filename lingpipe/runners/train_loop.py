@@ -47,11 +47,14 @@ class TrainLoop:
     with self.cluster.Placement():
       self.task = p.task.Instantiate()
       self.optimizer = self.task.CreateOptimizer()
+      self.loss_scale = self.task.CreateLossScale()
     self.schedule = self.task.CreateLearningRateSchedule()
     self.input = p.input.Instantiate()
     self.iterator = iter(self.input.GetDataset())
     self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
     self.model_state = dict(step=self.global_step, task=self.task, optimizer=self.optimizer)
+    if self.loss_scale is not None:  # Only then: the checkpoints of other runs keep their layout.
+      self.model_state['loss_scale'] = self.loss_scale
     tracked = dict(self.model_state)
     if p.input.checkpoint_iterator:
       tracked['input'] = self.iterator
@@ -62,7 +65,7 @@ class TrainLoop:
 
   def _Step(self, batch):
     with self.cluster.Placement():
-      out = self.task.TrainStep(batch, self.global_step, self.optimizer, self.schedule)
+      out = self.task.TrainStep(batch, self.global_step, self.optimizer, self.schedule, self.loss_scale)
     with tf.control_dependencies([out.loss, out.grad_norm]):
       self.global_step.assign_add(tf.cast(out.is_finite, tf.int64))
     return out
@@ -82,6 +85,21 @@ class TrainLoop:
       raise errors.ClusterError(self.cluster.FailureMessage(
           problems, '%s failed (%s)' % (what, remote.ErrorSummary(e)),
           ' to resume from %s' % latest if latest else ' (no checkpoint was written yet)')) from e
+
+  def _Skipped(self, step, loss, out):
+    """A float16 step with non-finite gradients was skipped and the loss scale halved: one line, or the run stops
+    when too many were skipped in a row."""
+    skipped, in_a_row = int(self.loss_scale.skipped.numpy()), int(out.skipped_in_a_row.numpy())
+    limit = self.p.task.train.loss_scaling.max_skipped_in_a_row
+    if in_a_row >= limit:
+      latest = self.manager.latest_checkpoint
+      raise errors.NonFiniteLossError(
+          'Step %d: %d steps in a row had non-finite gradients (loss %s, last loss scale %g); stopped. The last '
+          'good checkpoint is %s. Lower task.train.learning_rate, set task.train.clip_gradient_norm_to_value, or '
+          'compute in bfloat16 (task.fprop_dtype).' % (step + 1, in_a_row, loss, float(out.loss_scale.numpy()),
+                                                      latest or 'none (no checkpoint was written yet)'))
+    self.Print('step %d skipped: non-finite gradients at loss scale %g, now %g (%d skipped in all).' % (
+        step + 1, float(out.loss_scale.numpy()), float(self.loss_scale.scale.numpy()), skipped))
 
   def Print(self, line):
     print(line, file=self.out, flush=True)
@@ -249,6 +267,9 @@ class TrainLoop:
         out = self.step_fn(batch)
         loss, finite = float(out.loss.numpy()), bool(out.is_finite.numpy())
       watchdog.Beat()
+      if not finite and self.loss_scale is not None:
+        self._Skipped(step, loss, out)
+        continue
       if not finite:
         latest = self.manager.latest_checkpoint
         raise errors.NonFiniteLossError(
@@ -264,6 +285,9 @@ class TrainLoop:
           tf.summary.scalar('loss', loss)
           tf.summary.scalar('learning_rate', out.learning_rate)
           tf.summary.scalar('grad_norm', out.grad_norm)
+          if self.loss_scale is not None:
+            tf.summary.scalar('loss_scale', out.loss_scale)
+            tf.summary.scalar('skipped_steps', self.loss_scale.skipped)
           for name, value in out.metrics.items():
             tf.summary.scalar('metrics/%s' % name, value)
       if step % tp.log_interval_steps == 0 or step == tp.max_steps:
@@ -271,6 +295,8 @@ class TrainLoop:
         rate = (step - start_step) / elapsed if elapsed > 0 and step > start_step else float('nan')
         eta = (tp.max_steps - step) / rate if rate == rate and rate > 0 else 0
         metrics = ' '.join('%s=%.4f' % (k, float(v)) for k, v in sorted(out.metrics.items()) if k != 'loss')
+        if self.loss_scale is not None:
+          metrics += ' loss_scale=%g skipped=%d' % (float(out.loss_scale), int(self.loss_scale.skipped.numpy()))
         self.Print('step %d/%d loss=%.4f %s lr=%.3g steps/s=%.2f examples/s=%.1f eta=%s' % (
             step, tp.max_steps, loss, metrics, float(out.learning_rate), rate, rate * batch_size,
             _FormatSeconds(eta)))

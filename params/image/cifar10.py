@@ -82,10 +82,14 @@ class AmoebaNetD(_AmoebaNetD):
 
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetD_18_256(_AmoebaNetD):  # pylint: disable=invalid-name
-  """The paper's AmoebaNet-D(18, 256) size on CIFAR-10: 117.6M parameters, K=4. Too big to train here."""
+  """The paper's AmoebaNet-D(18, 256) size on CIFAR-10: 117.6M parameters, K=4, computing in bfloat16 on float32
+  weights as the paper's TPUs did. Too big to train here."""
 
   NUM_CELLS, FILTERS, NUM_SPLITS = 18, 256, 4
   ONE_STEP_TEST = 'skip'  # One step takes ~2 minutes here.
+
+  def Task(self):
+    return super().Task().Set(fprop_dtype='bfloat16')
 
 
 @model_registry.RegisterSingleTaskModel

@@ -4,7 +4,9 @@ L encoder and L decoder layers, feed-forward depth H, A attention heads of depth
 model depth 1024 and a 64k shared vocabulary with an untied softmax, the assumptions under which the counts match
 the paper's (400M, 1.3B deep, 1.3B wide, 3B, 6B) within 10%. They build without allocating weights
 (`base_layer.AbstractVariables()`, see tests/test_mt_model.py) and are far too big to train on a CPU; they read
-the bundled sample so that their params are complete.
+the bundled sample so that their params are complete. They compute in bfloat16 on float32 weights, as the
+paper's TPUs do (their matrix units take bfloat16); tools/plan_gpipe_paper.py plans the paper's memory claims in
+that dtype.
 """
 
 from lingpipe.core import model_registry
@@ -20,7 +22,8 @@ class _PaperTransformer(multilingual.MtParams):
 
   def Task(self):
     p = super().Task()
-    p.Set(vocab_path='', vocab_size=VOCAB_SIZE, model_dim=MODEL_DIM, attention_dim=HEAD_DIM * self.NUM_HEADS)
+    p.Set(vocab_path='', vocab_size=VOCAB_SIZE, model_dim=MODEL_DIM, attention_dim=HEAD_DIM * self.NUM_HEADS,
+          fprop_dtype='bfloat16')
     p.train.lr_schedule.model_dim = MODEL_DIM
     return p
 

@@ -58,7 +58,7 @@ class MtEmbeddingLayer(base_layer.BaseLayer):
 
   def Embed(self, ids, positions):
     return self.dropout.FProp(self.emb.FProp(ids) + PositionalEncoding(positions, self.params.model_dim,
-                                                                          self.params.dtype))
+                                                                          self.fprop_dtype))
 
   def EmbedSequence(self, ids, paddings):
     """[B, T, D] embeddings of ids [B, T] at positions 0..T-1, zero at padded positions."""

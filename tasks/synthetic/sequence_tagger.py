@@ -43,7 +43,7 @@ class SequenceTagger(base_task.BaseTask):
     ids, paddings = batch.ids, tf.cast(batch.paddings, self.params.dtype)
     positions = tf.range(tf.shape(ids)[1])
     x = self.token_emb.FProp(ids) + self.position_emb.FProp(positions)[None]
-    x *= 1.0 - paddings[..., None]
+    x *= 1.0 - tf.cast(paddings, x.dtype)[..., None]
     return NestedMap(x=x, paddings=paddings)
 
   def PredictionsFromPipeline(self, outputs, batch):
