@@ -137,12 +137,10 @@ def AmoebaNetThroughput():
 
 def MlpStack(num_layers=32, batch=2048, dim=256):
   """The remat section's MLP, in --dtype's first dtype."""
-  dtype = tf.as_dtype(workloads.Dtypes(ARGS)[0])
-  layer = linear.ProjectionLayer.Params().Set(input_dim=dim, output_dim=dim, activation='tanh', fprop_dtype=dtype)
-  inputs = tf.cast(tf.constant(np.random.RandomState(0).normal(size=(batch, dim)), tf.float32), dtype)
-  return Model('tanh MLP %d x %d, batch %d%s' % (num_layers, dim, batch, '' if dtype == tf.float32 else
-                                                 ', ' + dtype.name), [layer.Copy() for _ in range(num_layers)],
-               inputs)
+  layer = linear.ProjectionLayer.Params().Set(input_dim=dim, output_dim=dim, activation='tanh')
+  inputs = tf.constant(np.random.RandomState(0).normal(size=(batch, dim)), tf.float32)
+  return workloads.InDtype(Model('tanh MLP %d x %d, batch %d' % (num_layers, dim, batch),
+                                 [layer.Copy() for _ in range(num_layers)], inputs), workloads.Dtypes(ARGS)[0])
 
 
 _COUNTER = [0]

@@ -22,27 +22,17 @@ from lingpipe.gpipe import partition
 import workloads  # pylint: disable=g-import-not-at-top
 
 
-def _Workloads(dtypes, amoebanet):
+def _Workloads(bench, dtypes, amoebanet):
   """{name: {dtype: Workload}} of the section's workloads in each dtype."""
   out = {}
   for dtype in dtypes:
     made = [workloads.Make('dense', dtype=dtype, batch=2048), workloads.Make('transformer', dtype=dtype, batch=256)]
     if amoebanet:
-      made.append(_AmoebaNet(dtype))
+      made.append(workloads.InDtype(bench.AmoebaNet(), dtype))
     for base, w in zip(('dense 8 x 1024 + 10, batch 2048', 'transformer T(8,512,4), batch 256',
                         'AmoebaNet-D(6, 32), batch 64'), made):
       out.setdefault(base, {})[dtype] = w
   return out
-
-
-def _AmoebaNet(dtype, num_cells=6, filters=32, batch=64):
-  from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
-  from lingpipe.tasks.image import amoebanet  # pylint: disable=g-import-not-at-top
-  layers, _ = amoebanet.AmoebaNetLayers(num_cells, filters)
-  inputs = tf.constant(np.random.RandomState(0).normal(size=(batch, 32, 32, 3)), tf.float32)
-  return workloads.Workload('AmoebaNet-D(%d, %d), batch %d, %s' % (num_cells, filters, batch, dtype),
-                            [p.Copy().Set(fprop_dtype=dtype) for p in layers],
-                            base_layer.ToDtype(inputs, tf.as_dtype(dtype)))
 
 
 def Run(bench, dtypes, amoebanet=False):
@@ -52,7 +42,7 @@ def Run(bench, dtypes, amoebanet=False):
   if len(dtypes) == 1:
     dtypes = ['float32', 'bfloat16']
   results = {}
-  for base, by_dtype in _Workloads(dtypes, amoebanet).items():
+  for base, by_dtype in _Workloads(bench, dtypes, amoebanet).items():
     print('\n## %s: %s side by side (plain, and K=2 remat never; speed-up over the plain model in the same dtype)' % (
         base, ' and '.join(dtypes)))
     print('%-10s %-10s %9s %11s %9s %10s %10s %8s' % ('dtype', 'config', 'step s', 'vs float32', 'speed-up',

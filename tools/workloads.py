@@ -132,14 +132,18 @@ def ScheduleByWorker(times, cpu, num_splits, micro_batches, op_cpu=None):
 def Make(workload, dtype='float32', **sizes):
   """The workload with `sizes` (DEFAULTS for those not given), its layers computing in `dtype` (their
   fprop_dtype; float32 weights) and its batch in that dtype."""
+  return InDtype(_Make(workload, **sizes), dtype)
+
+
+def InDtype(workload, dtype):
+  """`workload` with its layers computing in `dtype` (their fprop_dtype) and its batch in it; float32: itself."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
-  made = _Make(workload, **sizes)
   dtype = tf.as_dtype(dtype)
   if dtype == tf.float32:
-    return made
-  return Workload('%s, %s' % (made.name, dtype.name), [p.Copy().Set(fprop_dtype=dtype) for p in made.layers],
-                  base_layer.ToDtype(made.inputs, dtype))
+    return workload
+  return Workload('%s, %s' % (workload.name, dtype.name), [p.Copy().Set(fprop_dtype=dtype) for p in workload.layers],
+                  base_layer.ToDtype(workload.inputs, dtype))
 
 
 def _Make(workload, **sizes):
