@@ -1,10 +1,13 @@
-"""lingpipe: a TensorFlow 2 layer framework in the style of Lingvo, built around GPipe pipeline parallelism."""
+"""lingpipe: a TensorFlow 2 layer framework in the style of Lingvo, built around GPipe pipeline parallelism.
 
+Importing lingpipe changes nothing in TensorFlow and does not import it; the names below load on first use. What a
+pipeline wants process-wide is done by named calls (docs/guide.md, "What lingpipe changes in TensorFlow"), which the
+binaries make: lingpipe-train and lingpipe-worker, whose package import is their first step, get them here.
+"""
+
+import importlib as _importlib
 import os as _os
 import sys as _sys
-
-# Hide TensorFlow's C++ start-up INFO lines unless the user chose a level.
-_os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
 # Source checkouts (tests, Bazel) have params/ and tasks/ beside lingpipe/ rather than inside it; installs map
 # them to lingpipe.params and lingpipe.tasks (setup.py package_dir). Extending __path__ makes both layouts work.
@@ -13,54 +16,51 @@ if _os.path.isdir(_os.path.join(_ROOT, 'params')) and _os.path.isdir(_os.path.jo
     not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), 'params')):
   __path__.append(_ROOT)  # pylint: disable=undefined-variable
 
-from lingpipe import native_log as _native_log
-from lingpipe.core import cpu_kernels as _cpu_kernels
+from lingpipe import native_log as _native_log  # pylint: disable=g-import-not-at-top
 
-# TensorFlow's oneDNN kernels where the user did not choose (measured faster, micro-batches most: cpu_kernels.py).
-_cpu_kernels.PreferOneDnn()
+if _native_log.IsBinary(_sys.argv):  # Before TensorFlow loads: it reads these settings once, then.
+  from lingpipe import binary as _binary  # pylint: disable=g-import-not-at-top
+  _binary.SetUpProcess(_sys.argv)
 
-if _native_log.IsQuietBinary(_sys.argv):  # lingpipe-train/-worker without --verbose: filtered from the start.
-  _native_log.Filter()
-_native_log.ImportTensorFlow()
+_EXPORTS = {
+    'AbstractVariables': 'lingpipe.core.base_layer', 'BaseLayer': 'lingpipe.core.base_layer',
+    'NumParams': 'lingpipe.core.base_layer', 'InstantiableParams': 'lingpipe.core.hyperparams',
+    'Params': 'lingpipe.core.hyperparams', 'EnableAllocatorStats': 'lingpipe.core.memory_stats',
+    'NestedMap': 'lingpipe.core.nested_map', 'WeightInit': 'lingpipe.core.weight_init',
+    'WeightParams': 'lingpipe.core.weight_init', 'PipeliningLayer': 'lingpipe.gpipe.pipelining_layer',
+    'MultiHeadAttention': 'lingpipe.layers.attention', 'BatchNormLayer': 'lingpipe.layers.batch_norm',
+    'Conv2DLayer': 'lingpipe.layers.conv', 'DepthwiseConv2DLayer': 'lingpipe.layers.conv',
+    'SeparableConv2DLayer': 'lingpipe.layers.conv', 'DropoutLayer': 'lingpipe.layers.dropout',
+    'EmbeddingLayer': 'lingpipe.layers.embedding', 'LayerNormLayer': 'lingpipe.layers.layer_norm',
+    'ProjectionLayer': 'lingpipe.layers.linear', 'GlobalPoolingLayer': 'lingpipe.layers.pooling',
+    'Pooling2DLayer': 'lingpipe.layers.pooling', 'SequentialLayer': 'lingpipe.layers.sequential',
+    'SoftmaxLayer': 'lingpipe.layers.softmax', 'TransformerDecoderLayer': 'lingpipe.layers.transformer',
+    'TransformerLayer': 'lingpipe.layers.transformer',
+}
+_MODULES = {
+    'base_input_generator': 'lingpipe.core', 'base_layer': 'lingpipe.core', 'base_model_params': 'lingpipe.core',
+    'base_task': 'lingpipe.core', 'context': 'lingpipe.core', 'errors': 'lingpipe.core',
+    'hyperparams': 'lingpipe.core', 'lr_schedule': 'lingpipe.core', 'model_registry': 'lingpipe.core',
+    'optimizer': 'lingpipe.core', 'weight_init': 'lingpipe.core', 'cluster': 'lingpipe.distributed',
+    'remote': 'lingpipe.distributed',
+}
 
-from lingpipe.core import base_input_generator  # pylint: disable=g-import-not-at-top
-from lingpipe.core import base_layer
-from lingpipe.core import base_model_params
-from lingpipe.core import base_task
-from lingpipe.core import context
-from lingpipe.core import errors
-from lingpipe.core import hyperparams
-from lingpipe.core import lr_schedule
-from lingpipe.core import model_registry
-from lingpipe.core import optimizer
-from lingpipe.core import weight_init
-from lingpipe.core.base_layer import AbstractVariables
-from lingpipe.core.base_layer import BaseLayer
-from lingpipe.core.base_layer import NumParams
-from lingpipe.core.hyperparams import InstantiableParams
-from lingpipe.core.hyperparams import Params
-from lingpipe.core.memory_stats import EnableAllocatorStats
-from lingpipe.core.nested_map import NestedMap
-from lingpipe.core.weight_init import WeightInit
-from lingpipe.core.weight_init import WeightParams
-from lingpipe.distributed import cluster
-from lingpipe.distributed import remote
-from lingpipe.gpipe.pipelining_layer import PipeliningLayer
-from lingpipe.layers.attention import MultiHeadAttention
-from lingpipe.layers.batch_norm import BatchNormLayer
-from lingpipe.layers.conv import Conv2DLayer
-from lingpipe.layers.conv import DepthwiseConv2DLayer
-from lingpipe.layers.conv import SeparableConv2DLayer
-from lingpipe.layers.dropout import DropoutLayer
-from lingpipe.layers.embedding import EmbeddingLayer
-from lingpipe.layers.layer_norm import LayerNormLayer
-from lingpipe.layers.linear import ProjectionLayer
-from lingpipe.layers.pooling import GlobalPoolingLayer
-from lingpipe.layers.pooling import Pooling2DLayer
-from lingpipe.layers.sequential import SequentialLayer
-from lingpipe.layers.softmax import SoftmaxLayer
-from lingpipe.layers.transformer import TransformerDecoderLayer
-from lingpipe.layers.transformer import TransformerLayer
+
+def __getattr__(name):
+  """Loads an exported name on first use (PEP 562), so `import lingpipe` stays free of TensorFlow."""
+  if name in _EXPORTS:
+    value = getattr(_importlib.import_module(_EXPORTS[name]), name)
+  elif name in _MODULES:
+    value = _importlib.import_module('%s.%s' % (_MODULES[name], name))
+  else:
+    raise AttributeError('module lingpipe has no attribute %r' % name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_EXPORTS) | set(_MODULES))
+
 
 __version__ = '0.1.0'
 

@@ -27,9 +27,29 @@ def ShowHelpFor(doc, module_name):
     FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
 
-def StartProcess(doc, module_name):
-  """What a binary's process entry point does before absl parses flags: --help text, and the fd 2 filter."""
+def _TensorFlowChoices():
+  """TensorFlow's C++ INFO lines hidden and its oneDNN kernels on, each unless the user chose."""
+  from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+  cpu_kernels.PreferOneDnn()
+
+
+def SetUpProcess(argv):
+  """The binaries' process-wide choices, made before TensorFlow loads: TensorFlow's C++ INFO lines hidden unless the
+  user chose a level, its oneDNN kernels unless the user chose (cpu_kernels.py), and, unless --verbose, fd 2 filtered
+  from the first line. A console script gets them from lingpipe/__init__.py, `python -m` from StartProcess."""
   from lingpipe import native_log  # pylint: disable=g-import-not-at-top
+  _TensorFlowChoices()
+  if native_log.IsQuietBinary(argv):
+    native_log.Filter()
+    native_log.ImportTensorFlow()
+
+
+def StartProcess(doc, module_name):
+  """What a binary's process entry point does before absl parses flags: --help text, the process-wide choices of
+  SetUpProcess, and the fd 2 filter."""
+  from lingpipe import native_log  # pylint: disable=g-import-not-at-top
+  _TensorFlowChoices()
   ShowHelpFor(doc, module_name)
   if native_log.VerboseRequested(sys.argv):
     native_log.Close()

@@ -67,9 +67,14 @@ def VerboseRequested(argv):
              for a in argv[1:])
 
 
+def IsBinary(argv):
+  """Whether argv is a lingpipe console script's (lingpipe-train, lingpipe-worker)."""
+  return bool(argv) and os.path.basename(argv[0]) in BINARIES
+
+
 def IsQuietBinary(argv):
   """Whether argv is a lingpipe console script run without --verbose (it filters fd 2 from its first line)."""
-  return bool(argv) and os.path.basename(argv[0]) in BINARIES and not VerboseRequested(argv)
+  return IsBinary(argv) and not VerboseRequested(argv)
 
 
 def ImportTensorFlow():

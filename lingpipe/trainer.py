@@ -179,6 +179,8 @@ def main(argv):
   binary.QuietUnlessVerbose(FLAGS.verbose)
   from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
   memory_stats.EnableAllocatorStats()  # Before TensorFlow starts (memory_stats.py): balance='memory' needs it.
+  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+  pipelining_layer.DisableFunctionSpecialization()
   return binary.RunUserErrorsAsOneLine('lingpipe-train', Run, FLAGS.verbose)
 
 

@@ -76,6 +76,13 @@ def StepGraph(pipe, x):
   return Step.get_concrete_function(x).graph.as_graph_def()
 
 
+def CellCalls(graph_def):
+  """Calls of the cells' forward and backward functions in a step graph, loop bodies included."""
+  bodies = [graph_def.node] + [f.node_def for f in graph_def.library.function]
+  return sum(1 for nodes in bodies for n in nodes if n.op in ('PartitionedCall', 'StatefulPartitionedCall')
+             and ('Cell' in n.attr['f'].func.name or 'Step' in n.attr['f'].func.name))
+
+
 def LossAndGrads(layer, inputs, seed=0, step=0):
   """tf.function: (loss, grads of variables, grads of float inputs) of a fixed random projection of the output."""
 

@@ -1,5 +1,6 @@
 """BUILD lists every module, tool and test: it must equal what tools/update_build.py generates."""
 
+import ast
 import os
 import re
 import subprocess
@@ -8,9 +9,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _SourceFiles():
+def _SourceFiles(tops=('lingpipe', 'params', 'tasks', 'tools', 'benchmarks', 'tests')):
   out = []
-  for top in ('lingpipe', 'params', 'tasks', 'tools', 'tests'):
+  for top in tops:
     for root, dirs, files in os.walk(os.path.join(ROOT, top)):
       dirs[:] = [d for d in dirs if not d.startswith(('.', '__'))]
       out += [os.path.relpath(os.path.join(root, f), ROOT) for f in files if f.endswith('.py')]
@@ -32,3 +33,21 @@ def test_build_is_up_to_date():
   result = subprocess.run([sys.executable, os.path.join(ROOT, 'tools', 'update_build.py'), '--check'],
                           capture_output=True, text=True)
   assert result.returncode == 0, result.stderr
+
+
+def test_build_lists_every_third_party_package_the_code_imports():
+  sys.path.insert(0, os.path.join(ROOT, 'tools'))
+  import update_build  # pylint: disable=g-import-not-at-top
+  local = {os.path.splitext(os.path.basename(f))[0] for f in _SourceFiles()} | {'lingpipe'}
+  imported = set()
+  for path in _SourceFiles(('lingpipe', 'params', 'tasks', 'tools', 'benchmarks')):
+    for node in ast.walk(ast.parse(open(os.path.join(ROOT, path), encoding='utf-8').read())):
+      if isinstance(node, ast.Import):
+        imported |= {alias.name.split('.')[0] for alias in node.names}
+      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        imported.add(node.module.split('.')[0])
+  third_party = imported - set(sys.stdlib_module_names) - local
+  assert third_party <= set(update_build.IMPORTED_PACKAGES), sorted(third_party - set(update_build.IMPORTED_PACKAGES))
+  build = open(os.path.join(ROOT, 'BUILD')).read()
+  for package in update_build.IMPORTED_PACKAGES.values():
+    assert 'requirement("%s")' % package in build, package

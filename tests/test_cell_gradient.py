@@ -89,21 +89,6 @@ def test_each_layers_gradient_is_built_once_under_every_policy(policy, monkeypat
   assert len(built) == 4, built
 
 
-def test_the_recomputing_backward_copies_the_cells_ops_instead_of_calling_them():
-  """A call that is not inlined keeps its inputs alive until it ends: called, the backward would hold every
-  re-computed activation through the whole backward (peak +20-25% under 'always', measured), and a called forward
-  is instantiated again inside each re-computing backward function. Both are copied into it: it calls nothing."""
-  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4, remat='always')
-  x = tf.constant(np.random.RandomState(3).normal(size=(8, 8)), tf.float32)
-  library = util.StepGraph(pipe, x).library.function
-  steps = [f for f in library if '_Step_' in f.signature.name]
-  assert len(steps) == 2, [f.signature.name for f in library]
-  for f in steps:
-    assert not [n.name for n in f.node_def if n.op in ('PartitionedCall', 'StatefulPartitionedCall')]
-    ops_of = lambda op_type, f=f: sum(n.op == op_type for n in f.node_def)
-    assert (ops_of('Tanh'), ops_of('TanhGrad')) == (2, 2)  # Two layers per cell, re-computed and differentiated.
-
-
 def _SavedCase(seed):
   rng = np.random.RandomState(seed)
   xs = tf.constant(rng.normal(size=(3, 4, 3)), tf.float32)  # Three micro-batches.

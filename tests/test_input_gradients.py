@@ -76,7 +76,7 @@ def test_a_taped_first_cell_differentiates_only_the_wanted_inputs(wanted):
   """The gradient of a traced cell call is the whole function's, for every float input: cell 0's call cuts the
   inputs whose gradient nobody wants, so a taped backward (remat 'never') does not compute it."""
   _, pipe = util.Pair(util.Tanh(4, dim=4), num_splits=2, num_micro_batches=2)
-  cell = pipe._CellFn(0, 0, True, wanted=wanted)  # pylint: disable=protected-access
+  cell = pipe.functions.Forward(0, 0, True, wanted=wanted)
   x = tf.constant(np.random.RandomState(0).normal(size=(3, 4)), tf.float32)
 
   @tf.function(autograph=False)

@@ -20,6 +20,7 @@ from lingpipe.layers import linear
 from lingpipe.layers import transformer
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tools'))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'benchmarks', 'gpipe_paper'))
 import plan_gpipe_paper  # pylint: disable=g-import-not-at-top,wrong-import-position
 import plan_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -203,7 +204,7 @@ def test_inspect_prints_the_prediction_for_the_pipelines_own_k_and_m():
 
 def test_the_planner_finds_the_papers_largest_transformers(capsys):
   """GPipe paper, 16 GiB TPUs: 785.8M parameters on one with re-materialization, 83.9B on 128, planned in the
-  compute dtype the registered paper models declare (bfloat16); tools/plan_gpipe_paper.py states the assumptions.
+  compute dtype the registered paper models declare (bfloat16); benchmarks/gpipe_paper/plan_gpipe_paper.py states the assumptions.
   Its baseline without re-materialization (282.2M) is not reproduced: lingpipe keeps the whole batch's softmax
   logits and their gradient in float32, 8.4 GB of the 16 GiB at M=1."""
   results = plan_gpipe_paper.Run(plan_gpipe_paper._Args([]))

@@ -180,7 +180,7 @@ def test_the_measured_timeline_follows_the_plan(schedule_name, v):
                 if e.device == pipe.devices[d]]
     planned = [(a.kind, a.micro_batch, a.cell) for a in plan.DeviceActions(d) if a.kind != plan_lib.SEND]
     assert [e for e in measured if e[0] != timeline.RECOMPUTE] == planned
-    # Each cell's first backward re-computes early (executor._EarlyRecompute): right before that backward.
+    # Each cell's first backward re-computes early (backward_kinds.EARLY_RECOMPUTE): right before that backward.
     for i, (kind, m, cell) in enumerate(measured):
       if kind == timeline.RECOMPUTE:
         assert measured[i + 1] == (plan_lib.BACKWARD, m, cell), measured

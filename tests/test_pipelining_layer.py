@@ -7,7 +7,6 @@ import tensorflow as tf
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core.nested_map import NestedMap
-from lingpipe.gpipe import executor
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import batch_norm
 from lingpipe.layers import dropout
@@ -39,8 +38,9 @@ def test_without_loops_the_passes_unroll_with_the_same_gradients():
   counts = {}
   for m in (4, 8):
     _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m, loop_phases=False)
-    counts[m] = _CellCalls(util.StepGraph(pipe, _Input(batch=32)))
-  # Every (micro-batch, cell) task of both passes is its own call, 2 x M x K; looped, 16 whatever M (below).
+    counts[m] = util.CellCalls(util.StepGraph(pipe, _Input(batch=32)))
+  # Every (micro-batch, cell) task of both passes is its own call, 2 x M x K; looped, a constant number
+  # (tests/regression/test_graph_structure.py).
   assert counts == {4: 16, 8: 32}
   x = _Input(batch=16)
   plain, looped = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=8)
@@ -205,50 +205,8 @@ def test_cell_variables_and_gradients_live_on_their_devices():
 def test_each_cell_is_traced_once_whatever_the_number_of_micro_batches():
   _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=8)
   util.LossAndGrads(pipe, _Input(batch=16))
-  for key, fn in pipe._cell_fns.items():  # A cell's first backward is taped (schedule.KeepWhereBackwardFollows).
+  for key, fn in pipe.functions.cache.items():  # A cell's first backward is taped (schedule.KeepWhereBackwardFollows).
     assert fn.experimental_get_tracing_count() == 1, key
-
-
-@pytest.mark.parametrize('policy', ['never', 'always'])
-def test_a_taped_cells_gradient_is_built_once_though_the_callers_tape_watches_too(policy, monkeypatch):
-  """The caller's tape (here LossAndGrads') must not see inside the pipeline's custom gradient: were it watching
-  the cells' inputs and parameters with the executor's tapes, TensorFlow would prepare each taped cell call for
-  higher-order gradients and build its gradient three times (executor.CutFromCallerTapes)."""
-  from tensorflow.python.ops import gradients_util  # pylint: disable=g-import-not-at-top
-  built = []
-  build = gradients_util._GradientsHelper  # pylint: disable=protected-access
-
-  def Counting(ys, *args, **kwargs):
-    built.append(tf.nest.flatten(ys)[0].graph)
-    return build(ys, *args, **kwargs)
-
-  monkeypatch.setattr(gradients_util, '_GradientsHelper', Counting)
-  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4, remat=policy)
-  util.LossAndGrads(pipe, _Input(batch=8))
-  cells = [graph for graph in built if graph.name.startswith('Cell')]
-  assert len(cells) == len(set(cells)) == 2, [graph.name for graph in built]
-
-
-def test_the_callers_tape_is_cut_on_the_device_of_each_tensor(monkeypatch):
-  """A cut left unplaced was put off the cell's device: each step copied a cell's parameters there and back
-  (dense workload, two worker processes: cell 1 started 18 ms after its input had arrived, measured)."""
-  cut, placed = executor.CutFromCallerTapes, []
-
-  def Recording(inputs, params, devices):
-    inputs, params = cut(inputs, params, devices)
-    placed.extend((devices[0], t) for t in tf.nest.flatten(inputs))
-    placed.extend((d, t) for p, d in zip(params, devices) for t in tf.nest.flatten(p))
-    return inputs, params
-
-  monkeypatch.setattr(executor, 'CutFromCallerTapes', Recording)
-  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4, remat='never')
-  util.LossAndGrads(pipe, _Input(batch=8))
-  for device, t in placed:
-    assert t.op.device == tf.DeviceSpec.from_string(device).to_string(), (t, device)
-  # Each cell's parameters (two layers, a weight and a bias each) on the cell's device; the inputs on cell 0's.
-  params = [device for device, t in placed if t.op.inputs[0].op.type == 'ReadVariableOp']
-  assert params == [pipe.devices[0]] * 4 + [pipe.devices[1]] * 4, placed
-  assert {device for device, t in placed if t.op.inputs[0].op.type != 'ReadVariableOp'} == {pipe.devices[0]}
 
 
 def test_errors():
@@ -292,73 +250,6 @@ def sequential_params(layers):
   return sequential.SequentialLayer.Params().Set(sub=layers)
 
 
-def _CellCalls(graph_def):
-  """Calls of the cells' forward and backward functions in a step graph, loop bodies included."""
-  bodies = [graph_def.node] + [f.node_def for f in graph_def.library.function]
-  return sum(1 for nodes in bodies for n in nodes if n.op in ('PartitionedCall', 'StatefulPartitionedCall')
-             and ('Cell' in n.attr['f'].func.name or 'Step' in n.attr['f'].func.name))
-
-
-@pytest.mark.parametrize('policy,calls', [('always', 16), ('except_last', 16), ('never', 12)])
-def test_steady_ticks_run_as_a_loop_so_the_graph_does_not_grow_with_m(policy, calls):
-  counts = {}
-  for m in (8, 32):
-    _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m, remat=policy)
-    counts[m] = _CellCalls(util.StepGraph(pipe, _Input(batch=32)))
-  # Per pass: K(K+1)/2 fill tasks + K in the loop body + K(K-1)/2 drain tasks = K(K+1) = 6 for K=2. Under 'never'
-  # every forward keeps its activations, as data on a stack (executor.Cells.Saves), and the steady ticks loop. The
-  # last micro-batch of 'except_last' keeps its activations unlike the others: its ticks break the pattern and run
-  # unrolled, 2 more calls per pass (phase_loop.SteadyTicks). In GPipe 'always' keeps that micro-batch's
-  # activations too: its backward comes next on its device (schedule.KeepWhereBackwardFollows).
-  assert counts == {8: calls, 32: calls}
-
-
-@pytest.mark.parametrize('policy', ['always', 'never'])
-def test_a_looped_micro_batch_is_gathered_when_its_device_gets_to_it(policy):
-  """In a loop a micro-batch (cell 0's inputs, the last cell's gradients, cell 0's re-computed inputs) is a
-  gather, a copy. Left free, the iterations ran ahead and made every copy at the loop's start: dense stack, K=2,
-  M=8, 'always', peak 90 MiB looped against 79 unrolled; 78-82 with each gather waiting for its device's previous
-  action (executor._Interpreter._MicroBatch)."""
-  _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=8, remat=policy)
-  graph = util.StepGraph(pipe, _Input(batch=32))
-  bodies = [f for f in graph.library.function if 'body' in f.signature.name]
-  assert len(bodies) == 2, [f.signature.name for f in bodies]
-  gathers = 0
-  for body in bodies:
-    nodes = {n.name: n for n in body.node_def}
-    waits = lambda n: any(i.startswith('^') for i in n.input)
-    for n in body.node_def:
-      if n.op == 'GatherV2':  # It waits, or its axis does (TensorFlow drops a control input its data implies).
-        gathers += 1
-        assert waits(n) or any(waits(nodes[i.split(':')[0]]) for i in n.input if i.split(':')[0] in nodes), n.name
-  assert gathers >= 2
-
-
-@pytest.mark.parametrize('policy', ['always', 'never'])
-def test_the_forward_loop_carries_the_parameters_packed_and_the_backward_each_sum_once(policy):
-  """A loop variable is lowered to five control-flow nodes. With twice the layers, the forward pass's loop has as
-  many variables (the parameters are packed: phase_loop.Invariant), and the backward pass's has one more per
-  gradient sum and at most one per parameter it reads (under 'never' the biases' are not): a device's next action
-  waits for the sum through State.accumulated, not a second copy of it in State.last. Before, each parameter was
-  one variable of each loop and each sum two."""
-  def LoopVariables(num_layers):
-    _, pipe = util.Pair(util.Tanh(num_layers), num_splits=2, num_micro_batches=8, remat=policy)
-    graph = util.StepGraph(pipe, _Input(batch=32))
-    functions = {f.signature.name: f for f in graph.library.function}
-    loops = [n for n in list(graph.node) + [n for f in functions.values() for n in f.node_def]
-             if n.op in ('While', 'StatelessWhile')]
-    assert len(loops) == 2, [n.name for n in loops]
-    # The forward pass's body runs cell calls that save nothing for a tape; tell the two loops apart by order of
-    # tracing instead: the forward loop is traced first, and TensorFlow numbers its body first.
-    loops.sort(key=lambda n: int(n.attr['body'].func.name.rsplit('_', 1)[-1]))
-    return [len([i for i in n.input if not i.startswith('^')]) for n in loops], len(pipe.trainable_variables)
-
-  (small, small_params), (large, large_params) = LoopVariables(4), LoopVariables(8)
-  assert large_params > small_params
-  assert large[0] == small[0]
-  assert large_params - small_params <= large[1] - small[1] <= 2 * (large_params - small_params)
-
-
 @pytest.mark.parametrize('k,m', [(2, 5), (3, 8), (4, 9)])
 def test_never_keeps_what_each_backward_reads_on_a_stack_and_matches_plain(k, m):
   """The looped forwards push what their backward reads, the backwards pop it last in, first out, and the
@@ -376,4 +267,4 @@ def test_never_keeps_what_each_backward_reads_on_a_stack_and_matches_plain(k, m)
 def test_one_cell_and_one_micro_batch_run_the_plain_model_under_any_policy(policy):
   _, pipe = util.Pair(util.Tanh(4), num_splits=1, num_micro_batches=1, remat=policy)
   # Re-computing the only task would hold the same activations at the same moment, only later.
-  assert _CellCalls(util.StepGraph(pipe, _Input())) == 0
+  assert util.CellCalls(util.StepGraph(pipe, _Input())) == 0

@@ -38,6 +38,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import handoff_cost  # pylint: disable=g-import-not-at-top,wrong-import-position
 import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+workloads.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
+
 HANDOFF = 'handoff'  # The client's key for _HandOffs's result (not a step time).
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
@@ -46,6 +48,10 @@ MICRO_BATCHES = (1, 2, 4, 8, 16)
 def _Args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--out', default='multiprocess_benchmark.json', help='Where to write the JSON results.')
+  parser.add_argument('--write_docs', action='store_true', help='Also write the printed tables into '
+                      'docs/benchmarks.md, with this command, the commit, the CPU and the date (benchmark_page.py); '
+                      "with --headline, the schedules' speed-ups into README.md's Results too.")
+  parser.add_argument('--headline', action='store_true', help=argparse.SUPPRESS)
   parser.add_argument('--steps', type=int, default=7, help='Timed steps per configuration (median is kept).')
   parser.add_argument('--rounds', type=int, default=1, help='Times the plain process and the client run, in turn '
                       '(medians over rounds; the spread of the speed-up is printed).')
@@ -401,23 +407,54 @@ def main():
   elif args.role == 'client':
     print(json.dumps(_Client(args)))
   else:
-    batches = workloads.Batches(args) if args.batch or args.workload != 'transformer' else [64, 256]
-    micro = [int(m) for m in args.micro_batches.split(',')]
-    dtypes = workloads.Dtypes(args)
-    from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
-    print('CPU: %s' % cpu_kernels.DescribeCpu())
-    results = {'cpu': cpu_kernels.DescribeCpu()}
-    for batch in batches:
-      for dtype in dtypes:
-        key = 'batch_%d' % batch + ('' if dtype == 'float32' else '_' + dtype)
-        results[key] = Run(args.steps, micro, args.worker_threads, batch, args.remat, workloads.SizeFlags(args),
-                           args.schedule, args.rounds, args.unroll, dtype)
-      if len(dtypes) > 1:
-        results['batch_%d_dtypes' % batch] = CompareDtypes(
-            {d: results['batch_%d' % batch + ('' if d == 'float32' else '_' + d)] for d in dtypes}, micro)
-    with open(args.out, 'w') as f:
-      json.dump(results, f, indent=2, sort_keys=True)
-    print('Wrote %s' % args.out)
+    import benchmark_page  # pylint: disable=g-import-not-at-top
+    with benchmark_page.Recording() as recording:
+      results = _Main(args)
+    if args.write_docs:
+      benchmark_page.Write('Two pinned worker processes: %s' % results['title'], recording.Text(), results['cpu'],
+                           headline=Headline(results) if args.headline else None)
+
+
+def _Main(args):
+  """Runs the benchmark the flags ask for (the main process's role); returns its results."""
+  batches = workloads.Batches(args) if args.batch or args.workload != 'transformer' else [64, 256]
+  micro = [int(m) for m in args.micro_batches.split(',')]
+  dtypes = workloads.Dtypes(args)
+  from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
+  print('CPU: %s' % cpu_kernels.DescribeCpu())
+  results = {'cpu': cpu_kernels.DescribeCpu(), 'runs': []}
+  for batch in batches:
+    for dtype in dtypes:
+      key = 'batch_%d' % batch + ('' if dtype == 'float32' else '_' + dtype)
+      results[key] = Run(args.steps, micro, args.worker_threads, batch, args.remat, workloads.SizeFlags(args),
+                         args.schedule, args.rounds, args.unroll, dtype)
+      results['runs'].append(key)
+    if len(dtypes) > 1:
+      results['batch_%d_dtypes' % batch] = CompareDtypes(
+          {d: results['batch_%d' % batch + ('' if d == 'float32' else '_' + d)] for d in dtypes}, micro)
+  first = results[results['runs'][0]]
+  results['title'] = '%s, remat %s' % (first['workload'], first['remat'])
+  with open(args.out, 'w') as f:
+    json.dump(results, f, indent=2, sort_keys=True)
+  print('Wrote %s' % args.out)
+  return results
+
+
+def Headline(results):
+  """README's results table: each schedule's speed-up over the plain model, K=2 on two pinned worker processes,
+  per workload run and M."""
+  lines = []
+  for key in results['runs']:
+    run = results[key]
+    schedules = run.get('schedules') or {run['schedule']: {m: dict(speedup=row['measured'])
+                                                            for m, row in run['speedup'].items()}}
+    if not lines:
+      lines = ['| K=2 on two pinned processes vs the plain model | M | ' + ' | '.join(
+          '`%s`' % name for name in schedules) + ' |', '|---|---|' + '---|' * len(schedules)]
+    for m in sorted(next(iter(schedules.values()))):
+      lines.append('| %s, %s, remat %s | %d | %s |' % (run['workload'], run['dtype'], run['remat'], m, ' | '.join(
+          '%.2fx' % schedules[name][m]['speedup'] for name in schedules)))
+  return lines
 
 
 if __name__ == '__main__':

@@ -54,6 +54,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+workloads.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
+
 from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
@@ -64,6 +66,8 @@ NUM_DEVICES = 4
 def _Args():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--out', default='pipeline_benchmark.json', help='Where to write the JSON results.')
+  parser.add_argument('--write_docs', action='store_true', help='Also write the printed tables into '
+                      'docs/benchmarks.md, with this command, the commit, the CPU and the date (benchmark_page.py).')
   parser.add_argument('--quick', action='store_true', help='Fewer configurations and steps.')
   parser.add_argument('--steps', type=int, default=5, help='Timed steps per configuration (median is kept).')
   parser.add_argument('--inter_op', type=int, default=None,
@@ -496,4 +500,8 @@ def main():
 if __name__ == '__main__':
   from lingpipe import binary  # pylint: disable=g-import-not-at-top
   binary.QuietTool()  # TensorFlow's log lines off the terminal.
-  main()
+  import benchmark_page  # pylint: disable=g-import-not-at-top
+  with benchmark_page.Recording() as recording:
+    main()
+  if ARGS.write_docs:
+    benchmark_page.Write('Pipeline benchmark: %s' % ARGS.sections, recording.Text(), cpu_kernels.DescribeCpu())

@@ -25,6 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+workloads.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
+
 
 STRETCHED = 1.1  # Recording cost above which the tool warns.
 

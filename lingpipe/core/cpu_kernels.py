@@ -1,23 +1,11 @@
-"""Which CPU kernels TensorFlow runs: lingpipe turns oneDNN on wherever the user did not choose.
+"""Which CPU kernels TensorFlow runs, and what the CPU offers: the benchmarks print both beside their figures.
 
-TensorFlow's x86 wheels carry two kernel libraries for MatMul, convolutions and friends: Eigen's and oneDNN's.
-TensorFlow turns oneDNN on by itself only on CPUs with AVX512-VNNI or newer; on others (older Intel, AMD EPYC as
-on this project's machines) it runs Eigen's unless TF_ENABLE_ONEDNN_OPTS=1 is in the environment when it loads.
-The two differ most where a pipeline lives, on micro-batches. Measured on an AMD EPYC, tensorflow-cpu 2.21, one
-thread per process (2026-11-24):
-
-  - the input gradient of a projection, `[m, 1024] x [1024, 1024]^T`: with Eigen 1.5x the forward's time at
-    m = 512 and 1.1x at m = 2048, so the smaller the micro-batch the slower its backward; with oneDNN no slower
-    than the forward at any m from 128 to 2048;
-  - two pinned processes against one running the plain model, K=2 at M=4 (`tools/multiprocess_benchmark.py`,
-    remat never): dense stack at batch 2048 1.31x -> 1.46x, one device's micro-batch efficiency 0.87 -> 0.96; the
-    Transformer at batch 256 1.58x -> 1.56x (M=8: 1.62x -> 1.70x); and the plain models themselves ran 1.09x
-    (dense), 1.14x (Transformer) and 1.68x (conv stack) faster with oneDNN.
-
-So lingpipe's import calls `PreferOneDnn()` before it imports TensorFlow, which reads the variable once, when it
-loads: a program that imported TensorFlow first keeps TensorFlow's own choice. TF_ENABLE_ONEDNN_OPTS=0 in the
-environment keeps oneDNN off: the kernels, and so the rounding, of a plain TensorFlow program on such a CPU.
-`OneDnnEnabled()` says what the running process got; the benchmarks print it beside their figures.
+TensorFlow's x86 wheels carry Eigen's and oneDNN's kernels for MatMul, convolutions and friends. TensorFlow turns
+oneDNN on by itself only on CPUs with AVX512-VNNI or newer; elsewhere (older Intel, some AMD EPYC) Eigen's run,
+whose input gradients are slower on small micro-batches (docs/notes/pipeline-performance.md).
+`PreferOneDnn()` asks for oneDNN unless TF_ENABLE_ONEDNN_OPTS is set; TensorFlow reads it once, when it loads, so
+the call must come first. The binaries, the tools and the tests make it; `import lingpipe` does not.
+`OneDnnEnabled()` says what the running process got.
 """
 
 import os
@@ -82,5 +70,7 @@ def Describe():
   if OneDnnEnabled():
     return 'oneDNN on'
   if _ASKED_TOO_LATE:
-    return 'oneDNN off (TensorFlow was imported before lingpipe)'
+    return 'oneDNN off (TensorFlow was imported before cpu_kernels.PreferOneDnn())'
+  if ENV_VAR not in os.environ:
+    return 'oneDNN off (TensorFlow\'s default on this CPU)'
   return 'oneDNN off (%s=%s)' % (ENV_VAR, os.environ.get(ENV_VAR, ''))

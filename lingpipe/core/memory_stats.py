@@ -5,8 +5,7 @@ its allocator is a BFC allocator: with oneDNN on (lingpipe's default, cpu_kernel
 otherwise only when TF_CPU_ALLOCATOR_USE_BFC=true was in the environment when the runtime started (measured on
 tensorflow-cpu 2.21: with TF_ENABLE_ONEDNN_OPTS=0 and no such variable, "Allocator stats not available"). The
 variable is read once, when the first op runs, so setting it after `import tensorflow` still works, but not after
-any op ran. The BFC allocator did not change step time here (AmoebaNet-D K=2 M=8 train step: 0.82-0.86 s with
-either allocator, oneDNN on; 1.27-1.42 s, oneDNN off).
+any op ran. The BFC allocator does not change step time measurably.
 
 `EnableAllocatorStats()` is what the trainer, the tools, the tests and `cluster.ConfigureLocalDevices` call before
 TensorFlow starts; `PeakBytes(run)` measures, and raises a one-line ConfigError where statistics cannot be had.

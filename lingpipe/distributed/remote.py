@@ -191,10 +191,8 @@ def RequestInterOpThreads(minimum):
   left to TensorFlow's default a worker pinned to one core gets one thread. With one thread a worker runs work that
   arrives from another process (a received tensor's consumers, a peer's request for a tensor) only once the ops it
   is running have no successor ready, i.e. at the end of an action; a pipeline then either waits for each hand-off
-  to be copied or sends its results only when the sender stops. Measured on two workers pinned to one core each
-  (Transformer, K=2, M=4, remat never): interleaved 1F1B went from 0.87x to 1.14-1.21x GPipe's throughput (two
-  runs), its measured bubble from 0.31 to 0.155 (the plan's: 0.111). Returns the number set, or None where
-  TensorFlow had already started with fewer (it then stays, with a warning)."""
+  to be copied or sends its results only when the sender stops (docs/design.md). Returns the number set, or None
+  where TensorFlow had already started with fewer (it then stays, with a warning)."""
   current = tf.config.threading.get_inter_op_parallelism_threads()
   wanted = max(minimum, current or cluster.UsableCores())
   if wanted == current:

@@ -5,14 +5,14 @@ For the gradient of a function call TensorFlow builds, once per traced function,
 returns every tensor of the function its gradient reads, and a backward function that takes them. A backward that
 uses kept activations (a forward on a tape) gets that pair through the tape. The re-computing backward
 (remat.AccumulatingBackward) used to trace the cell's layers again and differentiate them op by op, so under remat
-'always', whose last micro-batch is taped (schedule.KeepWhereBackwardFollows), each cell's gradient was built twice
-(12-layer Transformer, K=4, M=4, under cProfile: the four re-computing backwards traced in 2.4-2.6 s, now 1.2 s).
+'always', whose last micro-batch is taped (schedule.KeepWhereBackwardFollows), each cell's gradient was built
+twice.
 
 `CellGradient.Backward` copies the pair's forward and backward ops into the caller's graph (the re-computing
 backward's function, traced once per cell). Calling them would cost memory and time: they are never inlined when
 the cell's function is not (one call per micro-batch keeps the graph flat in M), a call that is not inlined keeps
-all its inputs, here every re-computed activation, alive until it ends (peak +20-25% under remat 'always':
-Transformer, K=2, M=4, 50 -> 61 MiB), and each re-computing backward function instantiated them again. Copied,
+all its inputs, here every re-computed activation, alive until it ends (a higher peak under remat 'always'),
+and each re-computing backward function instantiated them again. Copied,
 each activation is freed once its gradient is done, as before.
 
 The same pair lets a forward that keeps its activations run in a loop (remat 'never' in GPipe's looped passes):

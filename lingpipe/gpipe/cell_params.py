@@ -4,9 +4,8 @@ The cell's trainable variables are read once per step, on the replica's device, 
 (micro-batch, cell) call; base_layer.VariablesAs makes the layers read them while the cell is traced. So a
 replica's cell reads variables held on another device once per step instead of in every call, and the backward
 takes gradients with respect to plain tensors. Reading a variable shares its buffer: no copy of the weights. (A
-packed layout, one tensor per cell, was measured too: fewer inputs per call but a second copy of every weight,
-remat=always peak 37.5 vs 27.5 MiB on the benchmark's MLP, and no gain in time to first step once the steady
-ticks run as a loop.)
+packed layout, one tensor per cell, would keep a second copy of every weight, for no gain in time to first step
+once the steady ticks run as a loop.)
 """
 
 import tensorflow as tf

@@ -89,7 +89,7 @@ def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
           for t in flat])
 
     recorder = timeline.Current()
-    cells = layer.ExecutorCells(r, params, True, None, recorder is not None, wanted)
+    cells = layer.functions.ExecutorCells(r, params, True, None, recorder is not None, wanted)
     first, accumulated, moments = executor.Step(plan, cells, micro, Loss, recorder=recorder,
                                                 name=layer.TimelineName(r))
     layer.ApplyBatchNormMoments(moments)
@@ -123,9 +123,7 @@ def LossOnDevice(device, outputs, loss_inputs, loss_fn):
   cell's, where the outputs are. Left to the caller's placement, a step placed on the first cell (remote.Connect's
   mesh.Placement) copied the whole batch's outputs there and their gradient back, and the tape puts a gradient
   op under the scope of the tape.gradient call, not beside its forward op, so placing only the forward would leave
-  its gradient there. Measured (conv workload, two worker processes, K=2, M=8, remat never, 8 MiB of outputs,
-  two runs): bubble 0.19 -> 0.18, step 0.236 -> 0.222 s, with the output gradient also split on that device
-  (PipeliningLayer); the loss alone on that device, the gradient split elsewhere, gained nothing.
+  its gradient there. The output gradient is split into micro-batches on that device too (PipeliningLayer).
   Variables the loss reads (a softmax, a weight penalty) get their gradients too."""
   flat = tf.nest.flatten(outputs)
   floats = [t for t in flat if _Float(t)]

@@ -41,6 +41,7 @@ import tensorflow as tf
 
 from lingpipe.core import base_layer
 from lingpipe.core import errors
+from lingpipe.gpipe import backward_kinds
 from lingpipe.gpipe import partition
 from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import saved_activations
@@ -203,6 +204,8 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     ends[k] = inside / num_micro if remat == 'except_last' else 0  # The last micro-batch's activations.
     if k == len(counts) - 1:  # Its outputs and their gradients: stacked (gpipe), or one micro-batch's (loss inside).
       ends[k] += 2 * outs[-1] * (1 if schedule not in schedule_lib.NEEDS_LOSS else 1 / num_micro)
+  # The executor's own strategies (a saved stack and a stored tape hold the same, so `saves` does not matter).
+  strategies = backward_kinds.Bind(plan, saves=False)
   devices, splits_backward = [], plan.splits_backward
   for d in range(plan.num_devices):
     own = sorted({a.cell for a in plan.DeviceActions(d)})
@@ -210,13 +213,14 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     keeps = {}
     called = []  # The cells whose backwards are traced calls (re-computing ones; the others use a tape).
     for a in plan.DeviceActions(d):
-      if a.kind == plan_lib.BACKWARD and a.recompute:
+      strategy = strategies.get(a)
+      if a.kind == plan_lib.BACKWARD and strategy.recomputes:
         called.append(a.cell)
       if a.kind == plan_lib.FORWARD:
         keeps[(a.micro_batch, a.cell)] = kept[a.cell][a.keep]
         stash += keeps[(a.micro_batch, a.cell)]
         peak = max(peak, stash)
-      elif a.kind == plan_lib.BACKWARD and splits_backward:
+      elif a.kind == plan_lib.BACKWARD and strategy.holds_until_weight:
         # The deferred weight gradients read the activations: held from here (re-computed, or kept) to the WEIGHT.
         stash += activations[a.cell] - keeps[(a.micro_batch, a.cell)]
         keeps[(a.micro_batch, a.cell)] = activations[a.cell]

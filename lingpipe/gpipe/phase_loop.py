@@ -2,8 +2,7 @@
 
 The ticks where the plan repeats one pattern with the micro-batches shifted (`SteadyTicks`) run as one
 `tf.while_loop` whose body is that pattern, with the micro-batch index a loop variable: the graph size and time to
-first step stay nearly flat in M (measured for a 12-layer Transformer at K=4: 256 call sites at M=32 took 7 s before
-the first step unrolled). Ticks before the loop run unrolled and give every loop variable its value. A tick whose
+first step stay nearly flat in M. Ticks before the loop run unrolled and give every loop variable its value. A tick whose
 actions keep activations on a GradientTape is never looped: a tape cannot outlive a loop iteration. GPipe's forwards
 under remat 'never' keep them as data on a stack instead (executor.Cells.Saves), and loop. Inside the loop a
 micro-batch index is a tensor: its inputs are gathered from the stacked micro-batches (`MicroBatches`), and the
@@ -40,7 +39,7 @@ def SteadyTicks(phase):
 def Opaque(constant):
   """`constant`, hidden from graph optimization. Grappler specializes a function call for each distinct constant
   argument, which instantiated and optimized every (micro-batch, cell) call separately: time to first step grew
-  linearly with M (measured: 5.7 s at M=4, 21 s at M=16 for a 12-layer Transformer at K=4)."""
+  linearly with M."""
   return tf.raw_ops.PlaceholderWithDefault(input=constant, shape=constant.shape)
 
 
@@ -121,7 +120,7 @@ class Invariant:
   nodes, three of which run every iteration (tensor_lists.py). The loop carries each group as one TensorList per
   dtype instead, passed on unchanged, and each iteration pops the tensors from it. 12-layer Transformer at K=4,
   remat 'always', M=32: 144 parameters captured by the forward pass's loop; with them packed (and each gradient sum
-  carried once, executor._Interpreter._Last), 3,624 nodes in the step's graph against 4,448, as grappler counts
+  carried once, executor._Interpreter.Last), 3,624 nodes in the step's graph against 4,448, as grappler counts
   them (920 at M=4, where nothing loops). The executor packs them for the forward pass only (executor.Backward
   says why).
   """
@@ -153,9 +152,8 @@ class Invariant:
 def _NoLoopBodyControlOutputs():
   """Within this block, a tf.while_loop's body gets no automatic control dependencies. With them, every loop
   variable of the next iteration waits for every stateful op of this one (a cell call with a timestamp or a
-  stateful random op inside): the devices ran the loop in lock step, one cross-device control edge per iteration
-  (measured: recording the conv stack's looped passes on two worker processes took 1.7x the step; a stateless
-  body was unaffected). The body needs none: everything it computes reaches the next iteration as data, and
+  stateful random op inside): the devices ran the loop in lock step, one cross-device control edge per
+  iteration. The body needs none: everything it computes reaches the next iteration as data, and
   nothing in it writes a resource (its arrays are TensorLists)."""
   graph = tf.compat.v1.get_default_graph()
   saved = getattr(graph, '_add_control_dependencies', None)

@@ -27,7 +27,6 @@ extra fields carry skip connections and side inputs (masks, paddings) to later c
 """
 
 import contextlib
-import functools
 
 import numpy as np
 import tensorflow as tf
@@ -37,9 +36,10 @@ from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
-from lingpipe.gpipe import cell_gradient
+from lingpipe.gpipe import cell_functions
 from lingpipe.gpipe import cell_params
 from lingpipe.gpipe import executor
+from lingpipe.gpipe import fill_drain_step
 from lingpipe.gpipe import loss_step
 from lingpipe.gpipe import memory_plan
 from lingpipe.gpipe import microbatch
@@ -52,23 +52,24 @@ from lingpipe.gpipe import timeline
 
 
 def DisableFunctionSpecialization():
-  """Turns off grappler's function optimizer for this process (a global TensorFlow setting).
+  """Turns off grappler's function optimizer for this process (a global TensorFlow setting; a named call that the
+  binaries, the tools and the tests make, docs/guide.md).
 
-  It specializes a function for each call site whose constant inputs or unused outputs differ, so the M x K cell
-  calls of a pipeline were instantiated and optimized one by one: time to first step grew linearly with M
-  (measured for a 12-layer Transformer at K=4: first run 3.2 s at M=4, 10.1 s at M=16; without it 2.9 s and
-  5.1 s). Step time was unchanged (0.33 s either way): the cell functions are not inlined anyway.
+  It specializes a function for each call site whose constant inputs or unused outputs differ, so a pipeline's
+  M x K cell calls are instantiated and optimized one by one and time to first step grows linearly with M. Step time
+  does not change: the cell functions are not inlined anyway.
   """
   tf.config.optimizer.set_experimental_options({'function_optimization': False})
 
 
-def _SeedGraph():
-  """The graph of the step seed a cell's function captures (context.StepSeed), or None. A traced function keeps
-  what it captured: called from another graph (Keras traces a second step function for a smaller last batch) it
-  would read a tensor of the first, so each graph gets its own cell functions. The graph itself, not its id: a
-  new graph could reuse a collected one's id."""
-  seed = context.StepSeedValue()
-  return seed.graph if isinstance(seed, tf.Tensor) and tf.is_symbolic_tensor(seed) else None
+def _TrainingScope(training):
+  """A `context.Training(training)` block, or nothing when `training` is None (the ambient mode holds)."""
+  if training is None:
+    return contextlib.nullcontext()
+  if not isinstance(training, bool):
+    raise errors.ConfigError('training=%r: expected True, False or None (the ambient context.Training).' % (
+        training,))
+  return context.Training(training)
 
 
 def ExpandedLayers(layers):
@@ -79,7 +80,7 @@ def ExpandedLayers(layers):
 
 
 class PipeliningLayer(base_layer.BaseLayer):
-  """See the module docstring. Building one calls DisableFunctionSpecialization() (a process-wide setting)."""
+  """See the module docstring."""
 
   @classmethod
   def Params(cls):
@@ -103,9 +104,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('virtual_stages', 1, "Cells per device v, for schedule='interleaved_1f1b': `layers` are cut into "
              'num_splits x v cells (with `cell_tpl`, len(cell_tpl) / v devices), cell c on device c mod num_splits.')
     p.Define('loop_phases', True, "Run the steady ticks of GPipe's passes as one tf.while_loop, so graph size "
-             'and time to first step stay nearly flat in M (phase_loop.py); False unrolls them. Across processes '
-             'a loop pays a round trip per iteration: unrolled, the conv stack at K=2, M=8, remat always on two '
-             'worker processes ran 1.08x faster.')
+             'and time to first step stay nearly flat in M (phase_loop.py); False unrolls them: across processes '
+             'a loop pays a round trip per iteration, which may cost more than the larger graph.')
     p.Define('devices', None, 'Device names for the cells: a list of K, or a list of K per replica; None takes '
              'the current cluster\'s mesh (the trainer\'s; locally: GPUs, else logical CPU devices; see '
              'lingpipe.distributed.cluster).')
@@ -158,10 +158,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     # Each cell's variables live on its device.
     self.CreateChildren('cell' if p.cell_tpl else 'sub', units,
                         devices=[self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])])
-    object.__setattr__(self, '_cell_fns', {})
     object.__setattr__(self, '_cell_params', None if base_layer.IsAbstract() else [
         cell_params.CellParams.OfLayers(self.CellLayers(k)) for k in range(self._num_cells)])
-    DisableFunctionSpecialization()
+    object.__setattr__(self, 'functions', cell_functions.CellFunctions(self, self._mesh, self._cell_params,
+                                                                        p.batch_dim))
 
   # -- structure -----------------------------------------------------------------------------------------------
   @property
@@ -261,7 +261,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     return base_layer.Meta(shapes, flops)
 
   # -- forward -------------------------------------------------------------------------------------------------
-  def _RunCell(self, k, inputs):
+  def RunCell(self, k, inputs):
+    """Cell k's layers on `inputs`, one after another, where the caller placed them."""
     x = inputs
     for i, layer in enumerate(self.CellLayers(k)):
       try:
@@ -272,68 +273,6 @@ class PipeliningLayer(base_layer.BaseLayer):
               k, self.CellLayers(k)[0].path, k - 1, self.CellLayers(k - 1)[-1].path, e)) from e
         raise
     return x
-
-  def _Body(self, k, r, training, inputs, micro_batch_index, params, collector, padding=None):
-    """Cell k of replica r on `inputs`, reading its trainable variables as the tensors `params`. `padding`:
-    (M, pad rows, micro-batch size) when the batch was padded (the last rows of the last micro-batches are pad
-    rows, which batch statistics leave out: context.RealRows), else None."""
-    with tf.device(self._mesh[r][k]), context.Training(training), context.MicroBatch(micro_batch_index), \
-        context.CollectBatchNormStats(collector), self._RealRows(padding, micro_batch_index), \
-        base_layer.VariablesAs(self.CellLayers(k), self._cell_params[k].Values(params)):
-      return self._RunCell(k, inputs)
-
-  def _RealRows(self, padding, micro_batch_index):
-    if padding is None:
-      return contextlib.nullcontext()
-    num_micro, pad_rows, size = padding
-    first = tf.cast(micro_batch_index, tf.int32) * size
-    return context.RealRows(self.params.batch_dim, tf.clip_by_value(num_micro * size - pad_rows - first, 0, size))
-
-  def _CellFn(self, k, r, training, padding=None, stamped=False, wanted=None):
-    """A tf.function running cell k of replica r on its device: (inputs, micro-batch index, parameter values) ->
-    (outputs, batch-norm moments {layer path: moments.Moments}), and with `stamped` its start and end times
-    (timeline.Stamped). One per `padding` (see _Body) and `wanted`, which the trace bakes in.
-
-    `wanted` (remat.WantsGrad): the input leaves whose gradients a taped backward of this call computes. The
-    gradient of a function call is the gradient of the whole function, for every float input, and the next
-    action's wait keeps it from being pruned: the others are cut here (stop_gradient), so their gradient is a
-    zero fill instead of, say, a first layer's whole input gradient."""
-    wanted = None if wanted is None else tuple(wanted)
-    key = ('forward', k, r, training, padding, stamped, wanted, _SeedGraph())
-    if key not in self._cell_fns:
-
-      def Cell(inputs, micro_batch_index, params):
-        if wanted is not None:
-          inputs = remat.CutUnwanted(inputs, wanted)
-
-        def Body():
-          collector = context.BatchNormStats()
-          outputs = self._Body(k, r, training, inputs, micro_batch_index, params, collector, padding)
-          return outputs, {path: part for path, (_, part) in collector.moments.items()}
-
-        if not stamped:
-          return Body()
-        (outputs, moments), stamps = timeline.Stamped(self._mesh[r][k], Body)
-        return outputs, moments, stamps
-
-      # Not inlined: the graph keeps one call per (micro-batch, cell) instead of M copies of every cell, which keeps
-      # graph optimization and time to first step flat in M.
-      self._cell_fns[key] = tf.function(Cell, autograph=False, experimental_attributes={'_noinline': True})
-    return self._cell_fns[key]
-
-  def _BackwardFn(self, k, r, padding=None, stamped=False, wanted=None):
-    """Cell k's re-computing backward task in replica r (remat.AccumulatingBackward), traced once per `padding`
-    and `wanted` (the input gradients it computes) and called per micro-batch."""
-    wanted = None if wanted is None else tuple(wanted)
-    key = ('backward', k, r, padding, stamped, wanted, _SeedGraph())
-    if key not in self._cell_fns:
-      # Re-computed through the forward's own function and the gradient TensorFlow built for it (a taped forward
-      # needs it too), so each cell's gradient is built once. Its batch-norm moments are discarded: the forward
-      # already collected them.
-      gradient = cell_gradient.CellGradient(self._CellFn(k, r, True, padding, False, wanted))
-      backward = lambda a, dy, index, params: gradient.Backward(a, index, params, dy, wanted)
-      self._cell_fns[key] = remat.AccumulatingBackward(backward, self._mesh[r][k], stamped)
-    return self._cell_fns[key]
 
   def NumMicroBatches(self, inputs):
     p = self.params
@@ -346,40 +285,58 @@ class PipeliningLayer(base_layer.BaseLayer):
           self.path, batch, p.micro_batch_size))
     return batch // p.micro_batch_size
 
-  def FProp(self, inputs):
+  def FProp(self, inputs, training=None):
+    """The last cell's outputs. `training`: True or False, or None for the ambient `context.Training`. Training
+    through FProp works for 'gpipe' only; the training call for every schedule is FPropWithLoss."""
+    with _TrainingScope(training):
+      return self._FProp(inputs)
+
+  def _FProp(self, inputs):
     if context.IsExporting():
       for k in range(self._num_cells):
-        inputs = self._RunCell(k, inputs)
+        inputs = self.RunCell(k, inputs)
       return inputs
     if context.IsTraining():
       if self.NeedsLoss():
         raise errors.ConfigError(
-            'Layer %s: schedule %r computes the loss inside the pipeline, so training calls FPropWithLoss(inputs, '
-            'loss_inputs, loss_fn) (tasks do it through PipelineInputs and PredictionsFromPipeline), not FProp.'
-            % (self.path, self.params.schedule))
+            'Layer %s: schedule %r computes the loss inside the pipeline, so it trains through '
+            'FPropWithLoss(inputs, loss_inputs, loss_fn, training=True), which every schedule takes; FProp in '
+            'training is for schedule=\'gpipe\' only.' % (self.path, self.params.schedule))
       if self._num_cells == 1 and self.NumMicroBatches(inputs) == 1:
         # Nothing to pipeline, and re-computing the one task would hold the same activations, only later: the
         # plain model, at plain speed, whatever the remat policy.
         with tf.device(self._mesh[self.Replica()][0]):
-          return self._RunCell(0, inputs)
-      return self._TrainFProp(inputs)
-    return self._Forward(inputs, training=False)[0]
+          return self.RunCell(0, inputs)
+      return fill_drain_step.TrainFProp(self, inputs)
+    return self.Forward(inputs, training=False)[0]
 
   def NeedsLoss(self):
     """Whether training runs through FPropWithLoss: the schedule interleaves forwards and backwards."""
     return self.params.schedule in schedule_lib.NEEDS_LOSS
 
-  def FPropWithLoss(self, inputs, loss_inputs, loss_fn):
-    """(loss, metrics) of loss_fn(outputs, loss_inputs) -> (loss, {name: (value, weight)}), on the last cell's
-    device in training: with a schedule that needs the loss inside the pipeline ('1f1b') per micro-batch
-    (loss_step.FPropWithLoss), otherwise on the whole batch's outputs (loss_step.LossOnDevice)."""
-    if not context.IsTraining() or context.IsExporting():
-      return loss_fn(self.FProp(inputs), loss_inputs)
-    if not self.NeedsLoss():
-      return loss_step.LossOnDevice(self._mesh[self.Replica()][-1], self.FProp(inputs), loss_inputs, loss_fn)
-    return loss_step.FPropWithLoss(self, inputs, loss_inputs, loss_fn)
+  def FPropWithLoss(self, inputs, loss_inputs, loss_fn, training=None):
+    """(loss, metrics): the training call of every schedule (docs/guide.md), also evaluation and export.
 
-  def _Forward(self, inputs, training, wanted=None):
+    Args:
+      inputs: the pipeline's inputs (a tensor or a NestedMap), batch along `batch_dim`.
+      loss_inputs: what loss_fn reads beside the outputs (e.g. labels), split along dimension 0 like the inputs.
+      loss_fn: loss_fn(outputs, loss_inputs) -> (loss, {name: (value, weight)}); runs on the last cell's device,
+        per micro-batch where the schedule needs it. The batch's loss weights each micro-batch's by
+        metrics['loss'][1] (1 when absent).
+      training: True or False; None takes the ambient `context.Training` (set by tasks and the trainer).
+
+    Returns:
+      (loss, {name: (value, weight)}), differentiable with a tape with respect to the layer's variables and the
+      watched inputs.
+    """
+    with _TrainingScope(training):
+      if not context.IsTraining() or context.IsExporting():
+        return loss_fn(self._FProp(inputs), loss_inputs)
+      if not self.NeedsLoss():
+        return loss_step.LossOnDevice(self._mesh[self.Replica()][-1], self._FProp(inputs), loss_inputs, loss_fn)
+      return loss_step.FPropWithLoss(self, inputs, loss_inputs, loss_fn)
+
+  def Forward(self, inputs, training, wanted=None):
     """Runs the forward phase of the schedule's plan (schedule.py, executor.py). Returns (merged outputs,
     NestedMap of what the backward needs). `wanted`: which input gradients the backward computes (executor.Cells)."""
     p = self.params
@@ -389,13 +346,13 @@ class PipeliningLayer(base_layer.BaseLayer):
     plan = schedule_lib.MakePlan(p.schedule, num_micro, self._num_cells, p.remat if training else None,
                                  self._num_devices)
     params = self.ReadParams(r)
-    if training:  # Inside the custom gradient of _TrainFProp.
+    if training:  # Inside the custom gradient of fill_drain_step.TrainFProp.
       inputs, params = executor.CutFromCallerTapes(inputs, params, devices)
     # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
-    padding = self._Padding(micro, num_micro, pad_rows) if training else None
+    padding = self.Padding(micro, num_micro, pad_rows) if training else None
     recorder = timeline.Current()
-    cells = self.ExecutorCells(r, params, training, padding, recorder is not None, wanted)
+    cells = self.functions.ExecutorCells(r, params, training, padding, recorder is not None, wanted)
     with tf.device(devices[0]):
       stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
                  if phase_loop.Loops(plan, plan_lib.FORWARD, p.loop_phases, cells.Saves(plan)) else None)
@@ -429,27 +386,6 @@ class PipeliningLayer(base_layer.BaseLayer):
         params.append(self._cell_params[k].Read())
     return params
 
-  def ExecutorCells(self, replica, params, training, padding, stamped, wanted=None):
-    """executor.Cells of `replica`: each cell's forward and, in training, its re-computing and taped backward and
-    its gradient pair, through which GPipe's forwards under remat 'never' keep their activations as data.
-    `wanted`: which of the pipeline's input gradients cell 0 computes (remat.WantedInputGrads; None: all)."""
-    cells = range(self._num_cells)
-    forward = [self._CellFn(k, replica, training, padding, stamped, wanted if k == 0 else None) for k in cells]
-    return executor.Cells(
-        self._mesh[replica], params, forward,
-        backward=[self._BackwardFn(k, replica, padding, stamped, wanted if k == 0 else None) for k in cells]
-        if training else None,
-        taped_backward=remat.TapedBackward,
-        body=[functools.partial(self._InlineBody, k, replica, padding) for k in cells] if training else None,
-        wanted=wanted, saving=[cell_gradient.CellGradient(f) for f in forward] if training else None)
-
-  def _InlineBody(self, k, r, padding, inputs, micro_batch_index, params, recomputing):
-    """Cell k in training, traced where it is called (executor.Cells.body): (outputs, moments); a re-computation
-    discards its moments (the forward already collected them)."""
-    collector = context.BatchNormStats(discard=recomputing)
-    outputs = self._Body(k, r, True, inputs, micro_batch_index, params, collector, padding)
-    return outputs, {path: part for path, (_, part) in collector.moments.items()}
-
   def GradientsByVariable(self, accumulated):
     """{variable.ref(): gradient} of the executor's {cell: accumulated parameter gradients}."""
     return {v.ref(): g for k, grads in accumulated.items() for v, g in zip(self._cell_params[k].variables, grads)}
@@ -463,51 +399,8 @@ class PipeliningLayer(base_layer.BaseLayer):
   def TimelineName(self, replica):
     return self.path if len(self._mesh) == 1 else '%s/replica_%d' % (self.path, replica)
 
-  def _Padding(self, micro, num_micro, pad_rows):
-    """(M, pad rows, micro-batch size) of a padded batch (see _Body), or None."""
+  def Padding(self, micro, num_micro, pad_rows):
+    """(M, pad rows, micro-batch size) of a padded batch (see CellFunctions.Body), or None."""
     if not pad_rows:
       return None
     return num_micro, pad_rows, int(tf.nest.flatten(micro[0])[0].shape[self.params.batch_dim])
-
-  def _TrainFProp(self, inputs):
-    p = self.params
-    flat_inputs = tf.nest.flatten(inputs)
-    structure = {}
-    # The backward runs when the caller asks for gradients, usually outside its StepSeed and Replica blocks:
-    # re-enter them so the re-computation draws the forward's dropout masks.
-    step_seed = context.StepSeedValue()
-    # Inputs no tape watches (images, constant features) get no gradient: None, as for integer leaves.
-    wanted = remat.WantedInputGrads(flat_inputs)
-
-    @tf.custom_gradient
-    def Pipeline(*args):
-      outputs, forward = self._Forward(tf.nest.pack_sequence_as(inputs, list(args)), True, wanted)
-      r = self.Replica()
-      structure['outputs'] = outputs
-      flat_outputs = tf.nest.flatten(outputs)
-
-      def Grad(*dys, variables=None):
-        with context.StepSeed(step_seed), context.Replica(r):
-          return Backward(dys, variables)
-
-      def Backward(dys, variables):
-        devices = self._mesh[r]
-        num_micro = forward.plan.num_micro_batches
-        dy = tf.nest.pack_sequence_as(outputs, [
-            phase_loop.Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
-        recorder = timeline.Current()
-        cells = self.ExecutorCells(r, forward.params, True, forward.padding, recorder is not None, forward.wanted)
-        with tf.device(devices[-1]):
-          dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
-          looped = phase_loop.Loops(forward.plan, plan_lib.BACKWARD, p.loop_phases, cells.Saves(forward.plan))
-          dy_stacked = microbatch.Stacked(dy, num_micro, p.batch_dim, forward.pad_rows) if looped else None
-        first, accumulated = executor.Backward(forward.plan, cells, dy_micro, dy_stacked, forward.kept,
-                                               recorder=recorder, name=self.TimelineName(r), loop=p.loop_phases)
-        by_ref = self.GradientsByVariable(accumulated)
-        return (self.MergeInputGrads(first, r, forward.pad_rows),
-                [by_ref.get(v.ref()) for v in (variables or [])])
-
-      return flat_outputs, Grad
-
-    flat_outputs = Pipeline(*flat_inputs)
-    return tf.nest.pack_sequence_as(structure['outputs'], flat_outputs)

@@ -1,6 +1,6 @@
 """Re-materialization: the backward pass of a segment that re-computes its forward instead of storing it.
 
-Measured on TF 2.21 (see DESIGN.md): `tf.recompute_grad` inside a `tf.function` often saves no memory, because the
+On TF 2.21 (docs/design.md): `tf.recompute_grad` inside a `tf.function` often saves no memory, because the
 executor may run every recomputation as soon as its inputs exist (i.e. during the forward pass) and run weight
 gradients late, so all recomputed activations are alive at once. Two control dependencies fix the order:
   1. the recomputation waits for the gradient arriving from the next segment, so it runs in the backward pass,
@@ -40,8 +40,8 @@ def CutUnwanted(inputs, wanted):
 def WantedInputGrads(flat_inputs):
   """Per leaf, whether the caller can use its gradient: a float leaf some active tape watches (it depends on
   trainable variables, or the caller watched it). A batch of images or of constant features is watched by none,
-  and its gradient would be computed for nothing: cell 0's first layer would compute its input gradient (one
-  2048-wide layer, K=1, M=4: 581 -> 388 ms a step with remat never, measured). Where no tape is active at all the
+  and its gradient would be computed for nothing: cell 0's first layer would compute its input gradient, as
+  costly as its weight gradient. Where no tape is active at all the
   gradient may be asked symbolically (tf.gradients, or a tf.function whose gradient is taken from outside), so
   every float leaf stays wanted."""
   floats = [t.dtype.is_floating for t in flat_inputs]
@@ -128,7 +128,7 @@ def AccumulatingBackward(backward, device, stamped=False):
   """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
 
   Step(inputs, output_grads, micro_batch_index, params, accumulated) -> (input grads, accumulated + param grads)
-  (accumulated: the sum of the cell's earlier backwards; its first runs inline, executor._EarlyRecompute), where
+  (accumulated: the sum of the cell's earlier backwards; its first runs inline, backward_kinds.EARLY_RECOMPUTE), where
   backward(inputs, output_grads, micro_batch_index, params) -> (input grads, param grads) re-computes the cell
   (cell_gradient.CellGradient.Backward) and `params` are its parameter values (a list of tensors, cell_params.py).
   Because the call is not inlined it starts only when all its arguments exist, so threading `accumulated` through

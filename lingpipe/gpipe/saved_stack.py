@@ -2,7 +2,7 @@
 loop.
 
 A GradientTape cannot outlive a tf.while_loop iteration, so forwards that kept their activations on one ran
-unrolled and the graph grew with M (12-layer Transformer, K=4: 6.1 s to the first step at M=4, 16.6 s at M=32). In
+unrolled and the graph, and the time to the first step, grew with M. In
 GPipe each cell's backwards read what its forwards kept in the reverse order (forwards 0..M-1, backwards M-1..0:
 `LastInFirstOut`), so a forward in the loop pushes the tensors its backward reads
 (cell_gradient.CellGradient.SavingForward) on the cell's stack, and the backward pops them and frees them once
@@ -35,7 +35,7 @@ def LastInFirstOut(plan, cell):
 def Pushed(plan, cell, loop=True):
   """The micro-batches whose activations `cell` keeps on its stack (executor.State.saved) in a plan that saves them
   (executor.Cells.Saves): those of its forwards in the forward pass's loop and of its backwards in the backward
-  pass's (phase_loop.Loops). The others are kept by micro-batch (executor.Kept.tapes): a push and a pop are two ops
+  pass's (phase_loop.Loops). The others are kept by micro-batch (executor.Kept.saves): a push and a pop are two ops
   per tensor, about 90 tensors per micro-batch for a cell of 4 Transformer layers. As the kept activations are
   used last in, first out, so are those of any subset of them: each pop gets what its push put."""
   pushed = set()

@@ -223,8 +223,7 @@ def _Interleaved(num_micro, num_cells, num_devices, remat, name='interleaved_1f1
       dev 1   .     F0:1  F1:1  F0:3  B0:3  F1:3  B1:3  F2:1  B0:1  F3:1  B1:1  F2:3  B2:3  F3:3  B3:3  B2:1  B3:1
 
   (device 0 ends with B3:0 at tick 17.) Megatron-LM warms up with 2(K-1-d) + (v-1)K forwards: each hand-off then
-  has a forward's time to arrive before it is needed, which across two worker processes took the Transformer's
-  measured bubble from 0.106 to 0.090 at M=8 (plan 0.059) and from 0.135 to 0.120 at M=4 (plan 0.111). It costs
+  has a forward's time to arrive before it is needed, which matters across processes, where hand-offs cost. It costs
   device d K-1-d more micro-batches in flight, and with free hand-offs (Simulate) it deadlocks for some M not
   divisible by K (M=5, K=4, v=3) and has a larger bubble for many K > 2. So the plan takes Megatron's warm-up where
   it exists and its simulated bubble is no larger (every M at K=2), the shorter one elsewhere. Neither ever had a

@@ -5,7 +5,7 @@ re-computing backward) take a `tf.timestamp()` as their first op and another onc
 (`Stamped`): the function starts when all its inputs do, so `start` is when the action began on its device and
 `end` when its results existed, in the host's wall clock (one clock for all processes of a machine; across hosts
 their clocks' offset shows). The backward of a taped task (a forward that kept its activations), a cell's first
-re-computing backward (executor._EarlyRecompute), and the actions of plans that trace cells inline (the loss inside
+re-computing backward (backward_kinds.EARLY_RECOMPUTE), and the actions of plans that trace cells inline (the loss inside
 with remat never, zero bubble) are not one function but inline ops: their stamps wait for their inputs and
 outputs from outside (`Timed`) and may run late when the device's threads are busy, and their input gradients
 leave as soon as they exist, so the next cell's backward may start before such an action's end (its weight
@@ -13,8 +13,8 @@ gradients still running). In the plans that trace cells inline, a device's next 
 previous one's end stamp while recording (the executor), so that the runtime does not interleave two actions' ops
 and each box is one action's time.
 The pair is written to a small per-device TensorArray. The cost, paid only while recording, is two timestamps, a
-few scalar reads of what they wait for, and one 3-float write per action (tools/pipeline_timeline.py measures it:
-1.00x-1.05x of a step here); without a Recorder nothing is added.
+few scalar reads of what they wait for, and one 3-float write per action (tools/pipeline_timeline.py prints it
+against a plain step); without a Recorder nothing is added.
 (TensorFlow's profiler was the other way: its trace names a call only `PartitionedCallOp`, without the function or
 the micro-batch, and remote workers need their own profiler servers.)
 
@@ -121,11 +121,10 @@ def _Clock(device):
   ops serialized the whole pipeline (measured: cell 0's forward of micro-batch 1 waited for cell 1's of micro-batch
   0). This function reads a variable of its own device, so it is ordered only with writes of that variable (there
   are none) and costs no transfer. Its call is inlined when the graph runs, so the cheap ops run on the thread that
-  finished what they wait for; a call kept whole waited for a free inter-op thread and stamped actions late
-  (measured: an end 14 ms after the output existed, with both threads busy). Once inlined, the call's control
-  edges no longer hold its timestamp (an end stamp waiting so was taken before the Transformer's inline forward had
-  run: boxes 0.0 ms wide), so what a stamp waits for comes in as data (`_Touch`), and what waits for a stamp reads
-  its value (`_After`)."""
+  finished what they wait for; a call kept whole waited for a free inter-op thread and stamped actions late.
+  Once inlined, the call's control edges no longer hold its timestamp (an end stamp waiting so could be taken
+  before an inline forward had run), so what a stamp waits for comes in as data (`_Touch`), and what waits for a
+  stamp reads its value (`_After`)."""
   if device not in _CLOCKS:
     with tf.init_scope(), tf.device(device):
       anchor = tf.Variable(0.0, trainable=False, name='timeline_clock_anchor')
@@ -133,7 +132,7 @@ def _Clock(device):
     def Clock(after):
       # The stamp hangs off a Switch's output, as a branch of a cond does: graph optimization keeps that control
       # edge. `after` is never negative (_Touch), so the branch is always live (NaN < 0 is false too). A functional
-      # tf.cond would be kept too, but across processes ran each branch as a function call: 1.5x the step.
+      # tf.cond would be kept too, but across processes runs each branch as a function call, which is slow.
       _, taken = tf.raw_ops.Switch(data=after, pred=tf.logical_not(after < 0.0))
       with tf.control_dependencies([tf.identity(taken), anchor.read_value()]):
         return tf.timestamp()
@@ -221,8 +220,8 @@ def ActionTimes(events):
 def Overlap(events):
   """For each pipeline, how much longer its devices' actions are summed than the time they cover (0: one action at
   a time on each device). Above a few percent, ActionTimes are stretched by sharing the device, and a plan
-  simulated with them is no guide (in one process, boxes of a device's taped backwards still overlap by 5-40% in
-  a small MLP, although each waits for its predecessor's gradient sum: the stamps or the runtime, not known)."""
+  simulated with them is no guide (in one process a device's taped backwards can still overlap, although each
+  waits for its predecessor's gradient sum)."""
   result = {}
   for pipeline in sorted({e.pipeline for e in events}):
     own = [e for e in events if e.pipeline == pipeline]

@@ -13,10 +13,9 @@ def MaxPool2D(inputs, window_shape, strides, padding):
 
   Why: oneDNN pairs MaxPool with its gradient through a workspace only when both are in one graph. When the
   forward runs in a traced function that is not inlined (a pipeline cell's stored-activation task) and its gradient
-  is built outside it, TensorFlow falls back to the reference MaxPoolGrad kernel: measured 9x slower on
-  [8, 32, 32, 64] (3x3, stride 1), and nearly all of the extra time of such a task on AmoebaNet-D (profiled: 645 of
-  662 ms). Re-computing the pooling inside the gradient keeps the fast pair wherever the gradient is built; its
-  cost is one pooling (inline, 1.8 vs 1.7 ms for 8 forward+backward passes of that shape).
+  is built outside it, TensorFlow falls back to the reference MaxPoolGrad kernel, several times slower (most of
+  AmoebaNet-D's stored-activation backward). Re-computing the pooling inside the gradient keeps the fast pair
+  wherever the gradient is built, for the cost of one pooling.
   """
   ksize, stride_list = [1, *window_shape, 1], [1, *strides, 1]
 

@@ -3,8 +3,7 @@
 Python turns SIGINT into a KeyboardInterrupt raised in whatever Python code the main thread runs next. In a
 TensorFlow program that is sometimes a finalizer run by the garbage collector (CI once caught TensorFlow's
 `Executor.__del__`), where Python swallows it: it only prints 'Exception ignored in ...' and a traceback (through
-`sys.unraisablehook`) and goes on. The trainer then went on training, 1 Ctrl-C in about 50 under load (measured:
-still training 40 s after the signal, with `--max_steps=10000000`).
+`sys.unraisablehook`) and goes on: the trainer then goes on training, now and then, under load.
 
 `Catching()` keeps Python's behaviour (the first Ctrl-C still raises at once, so a long trace or input read stops
 too) and also remembers that it came; loops call `Check()` at their safe points (the train loop: each step), which

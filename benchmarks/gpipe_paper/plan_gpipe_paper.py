@@ -1,8 +1,8 @@
 r"""The memory planner against the GPipe paper's largest Transformers (Huang et al. 2019, Table 1 and section 3).
 
-    python tools/plan_gpipe_paper.py
-    python tools/plan_gpipe_paper.py --kept=fused
-    python tools/plan_gpipe_paper.py --fprop_dtype=float32 --optimizer_slots=1 --device_memory=16GiB
+    python benchmarks/gpipe_paper/plan_gpipe_paper.py
+    python benchmarks/gpipe_paper/plan_gpipe_paper.py --kept=fused
+    python benchmarks/gpipe_paper/plan_gpipe_paper.py --fprop_dtype=float32 --optimizer_slots=1 --device_memory=16GiB
 
 The paper's set-up: Transformer layers of model depth 2048, feed-forward 8192 and 32 heads, a 32k vocabulary,
 sequences of 1024 tokens, batches of 32, 16 GiB per accelerator. Its findings: re-materialization lets one
@@ -32,7 +32,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 PAPER = {'naive': (3, 282.2e6), 'remat': (13, 785.8e6), 'k128': (1663, 83.9e9)}
 

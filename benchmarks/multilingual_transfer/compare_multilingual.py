@@ -1,6 +1,6 @@
 r"""Multilingual vs bilingual on the lowest-resource pair (the GPipe paper's claim, at small scale).
 
-    python tools/compare_multilingual.py --logdir=runs/mt_compare --seeds=1,2
+    python benchmarks/multilingual_transfer/compare_multilingual.py --logdir=runs/mt_compare --seeds=1,2
 
 For each seed, trains the model (default mt.multilingual.TransformerGPipe) twice with the same size, steps and
 batch size: on all its pairs (temperature-mixed) and on its lowest-resource pair alone; decodes that pair's test
@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
 from lingpipe.tasks.mt import corpus  # pylint: disable=g-import-not-at-top

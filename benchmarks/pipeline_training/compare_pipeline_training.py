@@ -1,6 +1,6 @@
 r"""Trains a registered model twice in one process, plain and pipelined, from the same seed, and compares them.
 
-    python tools/compare_pipeline_training.py --model=image.cifar10.AmoebaNetD --steps=100 --splits=2 --micro=8
+    python benchmarks/pipeline_training/compare_pipeline_training.py --model=image.cifar10.AmoebaNetD --steps=100 --splits=2 --micro=8
 
 Both runs build the task from the same params (so the same initial weights: a pipeline's layers are named like
 SequentialLayer's) and read the same batches. The plain run is the pipeline with one cell, one micro-batch and no
@@ -15,9 +15,16 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
+from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
+
+cpu_kernels.PreferOneDnn()  # Before TensorFlow loads, as the binaries do.
+
+from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+pipelining_layer.DisableFunctionSpecialization()
 
 
 def _Args():
