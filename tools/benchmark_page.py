@@ -27,6 +27,9 @@ have no GPU with TensorFlow.
 """
 
 
+_MEASURED = ('lingpipe', 'params', 'tasks', 'tools', 'benchmarks', 'setup.py')  # What a benchmark runs.
+
+
 class _Tee(io.TextIOBase):
   """Writes to `stream` and keeps a copy."""
 
@@ -55,14 +58,13 @@ def Recording():
 
 
 def _Commit():
-  """'abc1234' of the checkout, '+ local changes' when tracked files other than the pages it writes changed."""
+  """'abc1234' of the checkout, '+ local changes' when the code a benchmark runs (_MEASURED) has uncommitted
+  changes."""
   try:
     commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True,
                             check=True, timeout=30).stdout.strip()
-    # What this module writes itself does not count: the blocks of earlier runs of the same commit.
-    dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no', '--', '.', ':!docs/benchmarks.md',
-                            ':!README.md'], cwd=ROOT, capture_output=True, text=True, check=True,
-                           timeout=30).stdout.strip()
+    dirty = subprocess.run(['git', 'status', '--porcelain', '--untracked-files=no', '--'] + list(_MEASURED),
+                           cwd=ROOT, capture_output=True, text=True, check=True, timeout=30).stdout.strip()
   except (OSError, subprocess.SubprocessError):
     return 'unknown (not a git checkout)'
   return commit + (' + local changes' if dirty else '')
