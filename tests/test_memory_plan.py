@@ -204,7 +204,8 @@ def test_inspect_prints_the_prediction_for_the_pipelines_own_k_and_m():
 
 def test_the_planner_finds_the_papers_largest_transformers(capsys):
   """GPipe paper, 16 GiB TPUs: 785.8M parameters on one with re-materialization, 83.9B on 128, planned in the
-  compute dtype the registered paper models declare (bfloat16); benchmarks/gpipe_paper/plan_gpipe_paper.py states the assumptions.
+  compute dtype the registered paper models declare (bfloat16); benchmarks/gpipe_paper/plan_gpipe_paper.py states
+  the assumptions.
   Its baseline without re-materialization (282.2M) is not reproduced: lingpipe keeps the whole batch's softmax
   logits and their gradient in float32, 8.4 GB of the 16 GiB at M=1."""
   results = plan_gpipe_paper.Run(plan_gpipe_paper._Args([]))

@@ -10,8 +10,8 @@ micro-batch's working set), the bubble and the predicted speed-up over the plain
 recommends the fastest configuration that fits (lingpipe/gpipe/memory_plan.py says how, and what it assumes).
 It builds nothing real and runs nothing: the model's layers are read from their FPropMeta and an abstract build.
 The pipeline needs `input_shapes` (the registered pipelined models set them). Schedules: all of schedule.SCHEDULES
-(of equal predicted speed, the one with the smaller peak is recommended). benchmarks/gpipe_paper/plan_gpipe_paper.py checks the
-planner against the GPipe paper's largest Transformers.
+(of equal predicted speed, the one with the smaller peak is recommended).
+benchmarks/gpipe_paper/plan_gpipe_paper.py checks the planner against the GPipe paper's largest Transformers.
 """
 
 import argparse

@@ -1,6 +1,7 @@
 r"""Trains a registered model twice in one process, plain and pipelined, from the same seed, and compares them.
 
-    python benchmarks/pipeline_training/compare_pipeline_training.py --model=image.cifar10.AmoebaNetD --steps=100 --splits=2 --micro=8
+    python benchmarks/pipeline_training/compare_pipeline_training.py --model=image.cifar10.AmoebaNetD \
+        --steps=100 --splits=2 --micro=8
 
 Both runs build the task from the same params (so the same initial weights: a pipeline's layers are named like
 SequentialLayer's) and read the same batches. The plain run is the pipeline with one cell, one micro-batch and no

@@ -224,8 +224,8 @@ class _Interpreter:
 def _Record(recorder, name, kind, devices, state, plan):
   if recorder is None:
     return
-  # RECOMPUTE rows exist only for cells whose first backward re-computes (backward_kinds.EARLY_RECOMPUTE); the other passes
-  # have a row for every cell, and a missing one fails here.
+  # RECOMPUTE rows exist only for cells whose first backward re-computes (backward_kinds.EARLY_RECOMPUTE); the
+  # other passes have a row for every cell, and a missing one fails here.
   cells = [k for k in range(plan.num_cells) if (kind, k) in state.times] if kind == timeline.RECOMPUTE else range(
       plan.num_cells)
   if cells:

@@ -43,7 +43,8 @@ def TrainFProp(layer, inputs):
       dy = tf.nest.pack_sequence_as(outputs, [
           phase_loop.Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
       recorder = timeline.Current()
-      cells = layer.functions.ExecutorCells(r, forward.params, True, forward.padding, recorder is not None, forward.wanted)
+      cells = layer.functions.ExecutorCells(r, forward.params, True, forward.padding, recorder is not None,
+                                            forward.wanted)
       with tf.device(devices[-1]):
         dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
         looped = phase_loop.Loops(forward.plan, plan_lib.BACKWARD, p.loop_phases, cells.Saves(forward.plan))

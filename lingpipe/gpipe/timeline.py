@@ -5,8 +5,8 @@ re-computing backward) take a `tf.timestamp()` as their first op and another onc
 (`Stamped`): the function starts when all its inputs do, so `start` is when the action began on its device and
 `end` when its results existed, in the host's wall clock (one clock for all processes of a machine; across hosts
 their clocks' offset shows). The backward of a taped task (a forward that kept its activations), a cell's first
-re-computing backward (backward_kinds.EARLY_RECOMPUTE), and the actions of plans that trace cells inline (the loss inside
-with remat never, zero bubble) are not one function but inline ops: their stamps wait for their inputs and
+re-computing backward (backward_kinds.EARLY_RECOMPUTE), and the actions of plans that trace cells inline (the loss
+inside with remat never, zero bubble) are not one function but inline ops: their stamps wait for their inputs and
 outputs from outside (`Timed`) and may run late when the device's threads are busy, and their input gradients
 leave as soon as they exist, so the next cell's backward may start before such an action's end (its weight
 gradients still running). In the plans that trace cells inline, a device's next action also waits for the

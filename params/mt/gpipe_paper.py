@@ -5,8 +5,8 @@ model depth 1024 and a 64k shared vocabulary with an untied softmax, the assumpt
 the paper's (400M, 1.3B deep, 1.3B wide, 3B, 6B) within 10%. They build without allocating weights
 (`base_layer.AbstractVariables()`, see tests/test_mt_model.py) and are far too big to train on a CPU; they read
 the bundled sample so that their params are complete. They compute in bfloat16 on float32 weights, as the
-paper's TPUs do (their matrix units take bfloat16); benchmarks/gpipe_paper/plan_gpipe_paper.py plans the paper's memory claims in
-that dtype.
+paper's TPUs do (their matrix units take bfloat16); benchmarks/gpipe_paper/plan_gpipe_paper.py plans the paper's
+memory claims in that dtype.
 """
 
 from lingpipe.core import model_registry
