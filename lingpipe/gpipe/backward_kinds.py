@@ -226,12 +226,12 @@ def Bind(plan, saves):
     plan: a plan_lib.Plan.
     saves: whether kept activations are data (executor.Cells.Saves), else tapes.
   """
-  bound, seen = {}, set()
+  bound, seen, splits = {}, set(), plan.splits_backward  # splits_backward walks the plan: once.
   for phase in plan.phases:
     for tick in phase.ticks:
       for a in tick:
         if a.kind == plan_lib.BACKWARD:
-          if plan.splits_backward:
+          if splits:
             bound[a] = SPLIT
           elif a.recompute:
             bound[a] = RECOMPUTE if a.cell in seen else EARLY_RECOMPUTE
@@ -239,5 +239,5 @@ def Bind(plan, saves):
             bound[a] = SAVED_STACK if saves else STORED_TAPE
           seen.add(a.cell)
         elif a.kind == plan_lib.FORWARD and a.keep == plan_lib.KEEP_ACTIVATIONS:
-          bound[a] = SPLIT if plan.splits_backward else SAVED_STACK if saves else STORED_TAPE
+          bound[a] = SPLIT if splits else SAVED_STACK if saves else STORED_TAPE
   return bound

@@ -177,6 +177,7 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
   sums exist while forwards still run; 'zero_bubble' holds each micro-batch's activations until its deferred
   weight gradients (the WEIGHT action), up to K micro-batches on every cell."""
   plan = _Plan(schedule, num_micro, len(counts), remat, num_devices)
+  splits_backward = plan.splits_backward  # A walk of the plan: once.
   bounds = [0]
   for c in counts:
     bounds.append(bounds[-1] + c)
@@ -199,14 +200,14 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
       # micro-batch's at a time, counted once (below: `ends` for except_last, the working set for always).
       kept[k][plan_lib.KEEP_ACTIVATIONS] = cell_in / num_micro
     # except_last: counted in `ends` below; a split backward's re-computed activations are stash (held to the W).
-    recomputed = inside / num_micro if remat == 'always' and not plan.splits_backward else 0
+    recomputed = inside / num_micro if remat == 'always' and not splits_backward else 0
     working[k] = recomputed + sum(sorted(outs, reverse=True)[:2]) / num_micro
     ends[k] = inside / num_micro if remat == 'except_last' else 0  # The last micro-batch's activations.
     if k == len(counts) - 1:  # Its outputs and their gradients: stacked (gpipe), or one micro-batch's (loss inside).
       ends[k] += 2 * outs[-1] * (1 if schedule not in schedule_lib.NEEDS_LOSS else 1 / num_micro)
   # The executor's own strategies (a saved stack and a stored tape hold the same, so `saves` does not matter).
   strategies = backward_kinds.Bind(plan, saves=False)
-  devices, splits_backward = [], plan.splits_backward
+  devices = []
   for d in range(plan.num_devices):
     own = sorted({a.cell for a in plan.DeviceActions(d)})
     stash = peak = 0.0
