@@ -40,7 +40,8 @@ flags.DEFINE_integer('pipeline_devices', None, 'Local devices for pipeline cells
                      'most num_splits of any PipeliningLayer in the model.')
 flags.DEFINE_string('cluster_spec', None, 'Run on lingpipe-worker processes: the cluster as JSON {"worker": '
                     '["host:port", ...]} or worker=host:port,host:port (the workers\' --cluster_spec). Train, eval, '
-                    'decode and inspect use the workers; export always builds a local single-device graph.')
+                    'decode and inspect use the workers; export always builds a local single-device graph. Default: '
+                    'TF_CONFIG\'s cluster, where it is set (its chief is this trainer).')
 flags.DEFINE_string('job', None, 'The job of --cluster_spec whose tasks hold the pipelines (sets cluster.job; '
                     'default worker).')
 flags.DEFINE_integer('task', None, 'If set, this trainer is itself task --task of --job and serves its devices; '
@@ -152,14 +153,17 @@ def Run(argv=None, out=None):
 
 
 def SetUpCluster(p):
-  """The device mesh of model params `p`: the workers of --cluster_spec, else local devices (made first, before
-  anything runs a TensorFlow op)."""
+  """The device mesh of model params `p`: the workers of --cluster_spec or TF_CONFIG (tf_config.py), else local
+  devices (made first, before anything runs a TensorFlow op)."""
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
   num_splits = cluster.MaxNumSplits(p)
-  if FLAGS.cluster_spec and FLAGS.mode != 'export':
-    return remote.Connect(remote.ParseClusterSpec(FLAGS.cluster_spec), p.cluster, num_splits, FLAGS.task)
+  if FLAGS.mode != 'export':  # Export builds a local single-device graph.
+    from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
+    spec, own_task = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job)
+    if spec is not None:
+      return remote.Connect(spec, p.cluster, num_splits, own_task)
   if FLAGS.task is not None and not FLAGS.cluster_spec:
     raise errors.ConfigError('--task=%d needs --cluster_spec.' % FLAGS.task)
   needed = p.cluster.num_replicas * max(1, num_splits)

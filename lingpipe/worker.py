@@ -24,7 +24,8 @@ from absl import flags
 from lingpipe import binary
 
 flags.DEFINE_string('cluster_spec', None, 'The cluster: JSON {"worker": ["host:port", ...]} or '
-                    'worker=host:port,host:port; the same on every worker and the trainer.')
+                    'worker=host:port,host:port; the same on every worker and the trainer. Default: TF_CONFIG\'s '
+                    '(with --job and --task from its task).')
 flags.DEFINE_string('job', 'worker', 'This process\'s job in the cluster spec.')
 flags.DEFINE_integer('task', None, 'This process\'s task index in its job.')
 flags.DEFINE_integer('cpu_devices', 1, 'CPU devices this worker offers (used when it has no GPU): each can hold '
@@ -41,10 +42,18 @@ def Serve(stop_event=None, out=sys.stdout):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
-  if FLAGS.cluster_spec is None or FLAGS.task is None:
-    raise errors.ConfigError('--cluster_spec and --task are required (e.g. --cluster_spec=worker=127.0.0.1:2222,'
-                             '127.0.0.1:2223 --task=0).')
-  spec = remote.ParseClusterSpec(FLAGS.cluster_spec)
+  from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
+  job_given = FLAGS['job'].present or FLAGS.job != 'worker'  # 'worker' is the default; TF_CONFIG may say more.
+  spec, job, task = tf_config.Resolve('lingpipe-worker', FLAGS.cluster_spec, FLAGS.job if job_given else None,
+                                      FLAGS.task)
+  if spec is None or task is None:
+    raise errors.ConfigError('--cluster_spec and --task are required, or TF_CONFIG (e.g. --cluster_spec=worker='
+                             '127.0.0.1:2222,127.0.0.1:2223 --task=0).')
+  job = job or 'worker'
+  if job in tf_config.SERVERLESS_JOBS:
+    raise errors.ConfigError('TF_CONFIG names this task %s:%d, which runs lingpipe-train (the chief) or reads '
+                             'checkpoints (an evaluator), not lingpipe-worker.' % (job, task))
+  FLAGS.job, FLAGS.task = job, task
   remote.CheckTask(spec, FLAGS.job, FLAGS.task)
   if FLAGS.cpu_devices < 1:
     raise errors.ConfigError('--cpu_devices must be >= 1, got %d.' % FLAGS.cpu_devices)

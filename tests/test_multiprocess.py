@@ -189,3 +189,19 @@ def test_a_connecting_process_asks_for_two_inter_op_threads_and_warns_once_too_l
   assert out.stdout.split('\n')[-3:] == ['2 2', '2 None', '']
   assert ('TensorFlow started in this process before it connected, with 2 inter-op threads, and the workers will '
           'run its steps with as many; with fewer than 3') in out.stderr
+
+
+@pytest.mark.slow
+def test_tf_config_alone_trains_across_processes_and_resumes_after_a_worker_is_killed(tmp_path):
+  """The Kubernetes-style set-up: each worker and the trainer (the chief) get only TF_CONFIG."""
+  with local_cluster.LocalCluster(2, cpu_devices=1, tf_config=True) as tf_workers:
+    env = dict(os.environ, TF_CONFIG=tf_workers.TfConfig('chief', 0))
+    command = [sys.executable, '-m', 'lingpipe.trainer', '--model=' + MODEL, '--logdir=%s' % (tmp_path / 'tf'),
+               '--model_params_override=%s;cluster.devices_per_task=1' % STEPS_OVERRIDE]
+    first = subprocess.run(command + ['--max_steps=2'], capture_output=True, text=True, timeout=180, env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    tf_workers.StopWorker(1, signal.SIGKILL)
+    tf_workers.StartWorker(1)
+    resumed = subprocess.run(command + ['--max_steps=3'], capture_output=True, text=True, timeout=180, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert 'step 3/3' in resumed.stdout and 'ckpt-2' in resumed.stdout + resumed.stderr

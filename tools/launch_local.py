@@ -34,17 +34,25 @@ def main(argv=None):
   parser.add_argument('--pin', action='store_true', help='Pin worker i to core i mod the number of cores.')
   parser.add_argument('--threads', type=int, default=0, help='Intra- and inter-op threads per worker (0: default).')
   parser.add_argument('--log_dir', default=None, help='Where worker logs go.')
+  parser.add_argument('--tf_config', action='store_true', help='Give the workers and the trainer (the chief) their '
+                      'cluster and task in TF_CONFIG, as Kubernetes operators do, instead of --cluster_spec.')
   parser.add_argument('trainer_flags', nargs='*', help='Flags for lingpipe-train (after --).')
   args = parser.parse_args(argv)
   cores = sorted(os.sched_getaffinity(0))
   pins = [{cores[i % len(cores)]} for i in range(args.workers)] if args.pin else None
   try:
     workers = local_cluster.LocalCluster(args.workers, cpu_devices=args.cpu_devices, pin_cores=pins,
-                                         threads=args.threads, log_dir=args.log_dir)
+                                         threads=args.threads, log_dir=args.log_dir, tf_config=args.tf_config)
     print('Workers: %s (logs in %s)' % (workers.spec_text, workers.log_dir), flush=True)
     with workers:
-      command = [sys.executable, '-m', 'lingpipe.trainer', '--cluster_spec=' + workers.spec_text]
-      trainer = subprocess.Popen(command + args.trainer_flags, preexec_fn=local_cluster.ChildSetup())
+      command = [sys.executable, '-m', 'lingpipe.trainer']
+      env = dict(os.environ)
+      if args.tf_config:
+        env['TF_CONFIG'] = workers.TfConfig('chief', 0)
+      else:
+        env.pop('TF_CONFIG', None)
+        command.append('--cluster_spec=' + workers.spec_text)
+      trainer = subprocess.Popen(command + args.trainer_flags, preexec_fn=local_cluster.ChildSetup(), env=env)
       return WaitForTrainer(trainer)
   except errors.UserError as e:
     print('launch_local: error: %s' % e, file=sys.stderr)

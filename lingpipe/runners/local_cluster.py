@@ -7,6 +7,7 @@ Used by tools/launch_local.py (multi-process runs in one command), the multi-pro
 """
 
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -67,10 +68,11 @@ def ChildSetup(cores=None):
 
 
 def WorkerArgs(spec_text, job, task, cpu_devices=1, threads=0):
-  """The command line of one lingpipe-worker (run with this Python, so no console script is needed)."""
-  return [sys.executable, '-m', 'lingpipe.worker', '--cluster_spec=' + spec_text, '--job=' + job,
-          '--task=%d' % task, '--cpu_devices=%d' % cpu_devices, '--intra_op_threads=%d' % threads,
-          '--inter_op_threads=%d' % threads]
+  """The command line of one lingpipe-worker (run with this Python, so no console script is needed); without
+  `spec_text`, the worker reads its cluster and task from TF_CONFIG."""
+  where = ['--cluster_spec=' + spec_text, '--job=' + job, '--task=%d' % task] if spec_text else []
+  return [sys.executable, '-m', 'lingpipe.worker'] + where + [
+      '--cpu_devices=%d' % cpu_devices, '--intra_op_threads=%d' % threads, '--inter_op_threads=%d' % threads]
 
 
 class LocalCluster:
@@ -81,7 +83,7 @@ class LocalCluster:
   cleanly (status 0) and keeps, saying where on stderr, when one did not, so a crash's log survives."""
 
   def __init__(self, num_workers, job='worker', cpu_devices=1, pin_cores=None, threads=0, log_dir=None,
-               ready_timeout_s=60.0):
+               ready_timeout_s=60.0, tf_config=False):
     if num_workers < 1:
       raise errors.ConfigError('num_workers must be >= 1, got %d.' % num_workers)
     self.num_workers, self.job, self.cpu_devices = num_workers, job, cpu_devices
@@ -91,7 +93,14 @@ class LocalCluster:
     os.makedirs(self.log_dir, exist_ok=True)
     self.spec = {job: ['127.0.0.1:%d' % port for port in FreePorts(num_workers)]}
     self.spec_text = remote.SpecText(self.spec)
+    self.tf_config = tf_config  # Workers get TF_CONFIG (TfConfig) instead of --cluster_spec and --task.
     self.processes = [None] * num_workers
+
+  def TfConfig(self, task_type='chief', index=0):
+    """The TF_CONFIG text of a task of this cluster: a worker, or the trainer as the chief (which serves nothing,
+    so its address is a placeholder)."""
+    cluster = dict(self.spec, chief=['127.0.0.1:0'])
+    return json.dumps({'cluster': cluster, 'task': {'type': task_type, 'index': index}})
 
   def LogPath(self, task):
     return os.path.join(self.log_dir, 'worker-%d.log' % task)
@@ -104,9 +113,13 @@ class LocalCluster:
     """Starts (or restarts) worker `task` and waits for its ready line."""
     cores = self.pin_cores[task] if self.pin_cores else None
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL=os.environ.get('TF_CPP_MIN_LOG_LEVEL', '2'))
+    env.pop('TF_CONFIG', None)
+    if self.tf_config:
+      env['TF_CONFIG'] = self.TfConfig(self.job, task)
     with open(self.LogPath(task), 'w') as log:
       self.processes[task] = subprocess.Popen(
-          WorkerArgs(self.spec_text, self.job, task, self.cpu_devices, self.threads), stdout=log,
+          WorkerArgs(None if self.tf_config else self.spec_text, self.job, task, self.cpu_devices, self.threads),
+          stdout=log,
           stderr=subprocess.STDOUT, preexec_fn=ChildSetup(cores), env=env)
     deadline = time.time() + self.ready_timeout_s
     while time.time() < deadline:
