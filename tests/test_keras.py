@@ -330,3 +330,14 @@ def test_what_cannot_be_pipelined_is_a_clear_error():
                                                                                        reduction='sum'))
   with pytest.raises(errors.ConfigError, match=r"Crossentropy sums over the batch \(reduction='sum'\)"):
     one_f_one_b.fit(*_Data(rows=16), batch_size=8, verbose=0)
+
+
+def test_summary_shows_each_cells_device_and_layers():
+  model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation='relu', name='hidden'),
+                            keras.layers.Dense(4, name='logits')])
+  pipelined = lk.Pipeline(model, num_splits=2, num_micro_batches=2)
+  lines = []
+  pipelined.summary(print_fn=lambda line, **unused: lines.append(line))
+  assert lines[-3:] == [' Pipeline: 2 cells on 2 devices, 2 micro-batches, remat always, schedule gpipe',
+                        '   cell 0 on %s: hidden' % pipelined.cells()[0][0],
+                        '   cell 1 on %s: logits' % pipelined.cells()[1][0]], lines

@@ -53,7 +53,8 @@ def test_errors():
   with pytest.raises(errors.ConfigError) as e:
     microbatch.Split(x, 4)
   assert str(e.value) == ('Batch size 6 is not divisible by num_micro_batches 4. Use a batch size that is a '
-                          'multiple of 4 (e.g. 8), another micro-batch count, or the pad policy.')
+                          "multiple of 4 (e.g. 8) or another micro-batch count; a PipeliningLayer with "
+                          "schedule='gpipe' also takes pad=True (zero rows, dropped from its outputs).")
   with pytest.raises(errors.ConfigError, match='num_micro_batches 8 is larger than the batch size 6'):
     microbatch.Split(x, 8)
   with pytest.raises(errors.ShapeError, match='Fields disagree on the batch size along dim 0: a=6, b=5'):

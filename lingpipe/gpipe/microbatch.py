@@ -56,7 +56,8 @@ def Split(batch, num_micro_batches, batch_dim=0, pad=False):
   pad_rows = NumPadRows(batch_size, m)
   if pad_rows and not pad:
     raise errors.ConfigError('Batch size %d is not divisible by num_micro_batches %d. Use a batch size that is a '
-                             'multiple of %d (e.g. %d), another micro-batch count, or the pad policy.' % (
+                             "multiple of %d (e.g. %d) or another micro-batch count; a PipeliningLayer with "
+                             "schedule='gpipe' also takes pad=True (zero rows, dropped from its outputs)." % (
                                  batch_size, m, m, batch_size + pad_rows))
   parts = [tf.split(_Pad(leaf, batch_dim, pad_rows), m, axis=batch_dim) for _, leaf in leaves]
   micro = [tf.nest.pack_sequence_as(batch, [p[i] for p in parts]) for i in range(m)]

@@ -88,6 +88,16 @@ class Pipeline(keras.Model):
     return [(p.devices[k], [name for layer in p.CellLayers(k) for name in cut.LayerNames(layer.keras_layer)])
             for k in range(p.num_cells)]
 
+  def summary(self, *args, print_fn=None, **kwargs):
+    """Keras's summary of the units, then each cell's device and layers (`cells()`)."""
+    super().summary(*args, print_fn=print_fn, **kwargs)
+    print_fn = print_fn or print
+    p = self.pipeline
+    print_fn(' Pipeline: %d cells on %d devices, %d micro-batches, remat %s, schedule %s' % (
+        p.num_cells, p.num_devices, p.params.num_micro_batches, p.params.remat, p.params.schedule))
+    for k, (device, names) in enumerate(self.cells()):
+      print_fn('   cell %d on %s: %s' % (k, device, ', '.join(names)))
+
   def get_config(self):
     """The units (a list of Keras layers: a functional model's parts are sub-models) and the pipeline's
     arguments, so keras.saving.load_model rebuilds the pipeline and Keras loads the weights into it."""
