@@ -12,6 +12,7 @@ from lingpipe.gpipe import schedule
 from lingpipe.layers import batch_norm
 from lingpipe.layers import linear
 import pipeline_test_util as util
+import timeline_test_util as ttu
 
 
 def _SquaredError(outputs, targets):
@@ -163,16 +164,8 @@ def test_the_measured_timeline_follows_the_plan(schedule_name, v):
                       schedule=schedule_name, virtual_stages=v)
   x = tf.constant(np.random.RandomState(0).normal(size=(32, 64)), tf.float32)
   recorder = timeline.Recorder()
-
-  @tf.function(autograph=False)
-  def Recorded(x):
-    with timeline.Recording(recorder):
-      with tf.GradientTape() as tape, context.Training(True):
-        loss, _ = pipe.FPropWithLoss(x, tf.zeros_like(x), _SquaredError)
-      tape.gradient(loss, pipe.trainable_variables)
-      return recorder.Collect()
-
-  events = recorder.Events(Recorded(x))
+  recorded = ttu.RecordedLossStep(pipe, _SquaredError, recorder, tf.zeros_like)
+  events = recorder.Events(recorded(x)[1])
   plan = schedule.MakePlan(schedule_name, num_micro, num_devices * v, 'always', num_devices)
   assert len({pipe.devices[c] for c in range(pipe.num_cells)}) == num_devices
   for d in range(num_devices):  # Each device ran its forwards and backwards interleaved, in the plan's order.

@@ -24,6 +24,20 @@ def RecordedSteps(pipe, x, recorder):
   return Recorded, tf.function(Body, autograph=False)
 
 
+def RecordedLossStep(pipe, loss_fn, recorder, loss_inputs=lambda x: x):
+  """A tf.function x -> (gradients, recorded rows): a training step of `pipe` through FPropWithLoss with
+  loss_fn(outputs, loss_inputs(x)), recorded."""
+
+  @tf.function(autograph=False)
+  def Recorded(x):
+    with timeline.Recording(recorder):
+      with tf.GradientTape() as tape, context.Training(True):
+        loss, _ = pipe.FPropWithLoss(x, loss_inputs(x), loss_fn)
+      return tape.gradient(loss, pipe.trainable_variables), recorder.Collect()
+
+  return Recorded
+
+
 def ByAction(events):
   return {(e.kind, e.cell, e.micro_batch): e for e in events}
 

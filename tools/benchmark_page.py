@@ -87,13 +87,13 @@ def _Replace(text, key, block):
 
 
 def _WriteAtomically(path, text):
-  temporary = '%s.tmp-%d' % (path, os.getpid())
+  """safe_write.AtomicWrite, its one-line error as the tool's exit message."""
+  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import safe_write  # pylint: disable=g-import-not-at-top
   try:
-    with open(temporary, 'w', encoding='utf-8') as f:
-      f.write(text)
-    os.replace(temporary, path)
-  except OSError as e:
-    raise SystemExit('Cannot write %s: %s.' % (path, e.strerror)) from e
+    safe_write.AtomicWrite(path, text, what='benchmarks page')
+  except errors.UserError as e:
+    raise SystemExit(str(e)) from e
 
 
 def Write(title, printed, cpu, headline=None, argv=None, page=PAGE, readme=README):

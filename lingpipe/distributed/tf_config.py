@@ -55,8 +55,12 @@ def Read(environ=None):
 def Resolve(binary, cluster_spec=None, job=None, task=None, environ=None):
   """(spec or None, job or None, task or None) a binary runs with: its flags (None where not given), each filled
   from TF_CONFIG where the flag is absent; a flag and TF_CONFIG that disagree are a one-line ConfigError."""
+  return _Merged(binary, Read(environ), cluster_spec, job, task)
+
+
+def _Merged(binary, config, cluster_spec, job, task):
+  """Resolve's answer for the TfConfig `config` (or None)."""
   spec = remote.ParseClusterSpec(cluster_spec) if cluster_spec else None
-  config = Read(environ)
   if config is None:
     return spec, job, task
   for flag, given, from_config in (('--cluster_spec', spec, config.spec), ('--job', job, config.task_type),
@@ -73,11 +77,11 @@ def ForTrainer(cluster_spec=None, task=None, job='worker', environ=None):
   """(spec or None, own task or None) of lingpipe-train: its --cluster_spec and --task, else TF_CONFIG's. As the
   chief (or with no task named) it is a client of the workers; as task i of `job` (cluster.job, the job that holds
   the pipelines) it serves that task's devices too, as --task=i does."""
-  spec, task_type, own = Resolve('lingpipe-train', cluster_spec, None, None, environ)
   config = Read(environ)
-  if config is None or config.task_type in (None, 'chief'):
+  spec, task_type, own = _Merged('lingpipe-train', config, cluster_spec, None, None)
+  if config is None or task_type in (None, 'chief'):
     return spec, task
-  if config.task_type != job:
+  if task_type != job:
     raise errors.ConfigError('lingpipe-train: TF_CONFIG names this task %s:%s; the trainer runs as the chief (a '
                              'client of the workers) or as a task of job %r, which holds the pipelines.' % (
                                  task_type, own, job))

@@ -119,8 +119,7 @@ class LocalCluster:
     with open(self.LogPath(task), 'w') as log:
       self.processes[task] = subprocess.Popen(
           WorkerArgs(None if self.tf_config else self.spec_text, self.job, task, self.cpu_devices, self.threads),
-          stdout=log,
-          stderr=subprocess.STDOUT, preexec_fn=ChildSetup(cores), env=env)
+          stdout=log, stderr=subprocess.STDOUT, preexec_fn=ChildSetup(cores), env=env)
     deadline = time.time() + self.ready_timeout_s
     while time.time() < deadline:
       if 'ready at' in self.Log(task):

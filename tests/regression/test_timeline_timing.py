@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingpipe.core import context
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe import timeline
 import pipeline_test_util as util
@@ -30,16 +29,10 @@ def test_a_first_recomputation_runs_while_its_device_waits_for_the_gradient():
   _, pipe = util.Pair(util.Tanh(4, dim=512), num_splits=2, num_micro_batches=2, remat='always', schedule='1f1b')
   x = tf.constant(np.random.RandomState(0).normal(size=(2048, 512)), tf.float32)
   recorder = timeline.Recorder()
-
-  @tf.function(autograph=False)
-  def Recorded(x):
-    with timeline.Recording(recorder):
-      with tf.GradientTape() as tape, context.Training(True):
-        loss, _ = pipe.FPropWithLoss(x, x, ttu.SquaredSum)
-      return tape.gradient(loss, pipe.trainable_variables), recorder.Collect()
+  recorded = ttu.RecordedLossStep(pipe, ttu.SquaredSum, recorder)
 
   early = []
-  for events in ttu.EachStep(Recorded, x, recorder):
+  for events in ttu.EachStep(recorded, x, recorder):
     assert ('recompute', 1, 0) not in events
     assert events[('forward', 0, 1)].end <= events[('recompute', 0, 0)].start
     assert events[('recompute', 0, 0)].end <= events[('backward', 0, 0)].start
@@ -67,16 +60,11 @@ def test_an_inline_action_is_stamped_around_its_work(schedule_name):
     loss = tf.reduce_mean(tf.square(out.x))
     return loss, {'loss': (loss, tf.ones([]))}
 
-  @tf.function(autograph=False)
-  def Recorded(inputs):
-    with timeline.Recording(recorder):
-      with tf.GradientTape() as tape, context.Training(True):
-        loss, _ = pipe.FPropWithLoss(inputs, inputs.paddings, MeanSquare)
-      return tape.gradient(loss, pipe.trainable_variables), recorder.Collect()
+  recorded = ttu.RecordedLossStep(pipe, MeanSquare, recorder, lambda inputs: inputs.paddings)
 
   widths = {}
   for _ in range(3):
-    events = recorder.Events(Recorded(workload.inputs)[1])
+    events = recorder.Events(recorded(workload.inputs)[1])
     for e in events:
       if e.kind == timeline.FORWARD:
         widths.setdefault(e.cell, []).append(e.end - e.start)
