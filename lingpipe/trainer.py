@@ -34,7 +34,8 @@ flags.DEFINE_string('model_params_file_override', None, 'A file of params text a
 flags.DEFINE_integer('seed', None, 'Sets task.random_seed (weights, dropout) and input.seed (shuffling).')
 flags.DEFINE_string('eval_dataset', 'Test', 'Dataset of --mode=eval and --mode=decode: Train, Dev or Test.')
 flags.DEFINE_string('checkpoint_path', None, 'Checkpoint prefix for eval/export (default: the latest).')
-flags.DEFINE_string('export_dir', None, 'Where --mode=export writes (default: <logdir>/export/step_<N>).')
+flags.DEFINE_string('export_dir', None,
+                    'Where --mode=export writes (default: <logdir>/export/<step>, a TF Serving version folder).')
 flags.DEFINE_integer('pipeline_devices', None, 'Local devices for pipeline cells: GPUs if there are enough, '
                      'else this many logical CPU devices (intra_op=1 each). Default: cluster.num_replicas times the '
                      'most num_splits of any PipeliningLayer in the model.')

@@ -306,6 +306,6 @@ def test_a_read_only_logdir_is_one_line_in_train_eval_and_export_and_eval_prints
       'Training needs a folder it can write.' % (logdir, logdir),
       'lingpipe-train: error: Cannot write metrics %s/eval_test/metrics-2.json: Read-only file system '
       '(%s/eval_test).' % (logdir, logdir),
-      'lingpipe-train: error: Cannot write SavedModel %s/export/step_2: Read-only file system (%s/export).' % (
+      'lingpipe-train: error: Cannot write SavedModel %s/export/2: Read-only file system (%s/export).' % (
           logdir, logdir)], result.stderr
   assert 'Eval of synthetic.Mlp at step 2 on Test' in result.stdout

@@ -278,6 +278,48 @@ def test_save_load_model_and_export_keep_the_weights_the_optimizer_and_the_dropo
       str(tmp_path / 'y.npy')], capture_output=True, text=True, timeout=120)
   assert serve.returncode == 0, serve.stderr[-2000:]
   np.testing.assert_allclose(np.load(tmp_path / 'y.npy'), pipelined.predict(x[:5], verbose=0), rtol=1e-5, atol=1e-6)
+  # A loaded pipeline is built and exports before any call, for the input shape it was built for.
+  fresh = keras.saving.load_model(tmp_path / 'model.keras')
+  assert fresh.built
+  fresh.export(str(tmp_path / 'fresh_export'))
+  exported = tf.saved_model.load(str(tmp_path / 'fresh_export'))  # Held: its functions use its variables.
+  np.testing.assert_allclose(exported.serve(x[:5]).numpy(), fresh.predict(x[:5], verbose=0), rtol=1e-5, atol=1e-6)
+
+
+class _StopAfterEpoch(keras.callbacks.Callback):
+  """Interrupts fit as a killed job would, after the given epoch's backup."""
+
+  def __init__(self, epoch):
+    super().__init__()
+    self.epoch = epoch
+
+  def on_epoch_end(self, epoch, logs=None):
+    if epoch == self.epoch:
+      raise KeyboardInterrupt('stopped after epoch %d' % epoch)
+
+
+def test_backup_and_restore_resumes_an_interrupted_fit_where_it_stopped(tmp_path):
+  """A Pipeline of a built model is built, as Keras's BackupAndRestore requires before fit."""
+  x, y = _Data(rows=32)
+
+  def Fit(pipelined, callbacks, epochs=3):
+    return pipelined.fit(x, y, batch_size=16, epochs=epochs, shuffle=False, verbose=0, callbacks=callbacks)
+
+  whole = lk.Pipeline(_Mlp(seed=4), num_splits=2, num_micro_batches=2)
+  whole.compile(optimizer=keras.optimizers.Adam(0.01), loss=_LOSS)
+  Fit(whole, [])
+  interrupted = lk.Pipeline(_Mlp(seed=4), num_splits=2, num_micro_batches=2)
+  assert interrupted.built
+  interrupted.compile(optimizer=keras.optimizers.Adam(0.01), loss=_LOSS)
+  backup = str(tmp_path / 'backup')
+  with pytest.raises(KeyboardInterrupt):
+    Fit(interrupted, [keras.callbacks.BackupAndRestore(backup), _StopAfterEpoch(1)])
+  resumed = lk.Pipeline(_Mlp(seed=5), num_splits=2, num_micro_batches=2)  # Other initial weights: all restored.
+  resumed.compile(optimizer=keras.optimizers.Adam(0.01), loss=_LOSS)
+  history = Fit(resumed, [keras.callbacks.BackupAndRestore(backup)])
+  assert len(history.history['loss']) == 1  # Only the third epoch ran.
+  for a, b in zip(whole.get_weights(), resumed.get_weights()):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
 
 
 def test_a_training_call_after_fit_traces_its_own_cells():

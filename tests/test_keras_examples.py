@@ -127,5 +127,5 @@ def test_the_trainer_trains_resumes_evaluates_and_exports_a_keras_builders_model
   assert metrics['num_examples'] == 1024 and metrics['accuracy'] > 0.5  # 4 classes; 15 steps learn them.
   code, out, _ = trainer_util.RunTrainer(capsys, model, '--logdir=' + logdir, '--mode=export')
   assert code == 0
-  serve = tf.saved_model.load(os.path.join(logdir, 'export', 'step_15')).signatures['serving_default']
+  serve = tf.saved_model.load(os.path.join(logdir, 'export', '15')).signatures['serving_default']
   np.testing.assert_allclose(serve(features=tf.zeros([3, 16]))['probs'].numpy().sum(-1), 1.0, rtol=1e-5)

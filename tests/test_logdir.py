@@ -116,8 +116,8 @@ def test_written_files_follow_the_umask(capsys, tmp_path):
     os.umask(old)
   mode = lambda *path: stat.S_IMODE(os.stat(os.path.join(logdir, *path)).st_mode)
   assert mode('params.txt') == 0o640 and mode('eval_test', 'metrics.json') == 0o640
-  assert mode('export', 'step_2') == 0o750 and mode('export', 'step_2', 'saved_model.pb') == 0o640
-  assert mode('export', 'step_2', 'variables') == 0o750
+  assert mode('export', '2') == 0o750 and mode('export', '2', 'saved_model.pb') == 0o640
+  assert mode('export', '2', 'variables') == 0o750
 
 
 def test_a_full_disk_is_one_line_leaves_no_litter_and_the_rerun_resumes(capsys, tmp_path, monkeypatch):

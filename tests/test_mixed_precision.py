@@ -235,7 +235,7 @@ def test_a_bfloat16_run_trains_evaluates_inspects_and_exports_float32_signatures
   reader = tf.train.load_checkpoint(str(tmp_path / 'bf16' / 'train' / 'ckpt-10'))
   dtypes = reader.get_variable_to_dtype_map()
   assert {dtypes[k] for k in dtypes if k.startswith('task/')} == {tf.float32}  # float32 master weights.
-  serve = tf.saved_model.load(str(tmp_path / 'bf16' / 'export' / 'step_10')).signatures['serving_default']
+  serve = tf.saved_model.load(str(tmp_path / 'bf16' / 'export' / '10')).signatures['serving_default']
   assert {s.dtype for s in serve.structured_input_signature[1].values()} == {tf.float32}
   out = serve(features=tf.ones([3, 16]))
   assert out['probs'].dtype == tf.float32 and np.allclose(out['probs'].numpy().sum(-1), 1.0, atol=1e-5)

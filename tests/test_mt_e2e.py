@@ -44,18 +44,23 @@ def test_train_decode_export_and_translate(tmp_path):
       'fr-en, es-en, ru-en), not into de; decode pairs into en.\n'), untrained.stderr
 
   _Run('--logdir=' + logdir, '--mode=export', '--model_params_override=task.max_decode_len=12')
-  export_dir = os.path.join(logdir, 'export', 'step_30')
+  export_dir = os.path.join(logdir, 'export', '30')  # TF Serving's version folder.
   assert os.path.exists(os.path.join(export_dir, 'assets', 'spm.model'))
   serve = (
       'import sys, tensorflow as tf\n'
       'f = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]\n'
       'out = f(sources=tf.constant(["Ich liebe dich.", "Je suis fatigue."]), target_language=tf.constant("en"))\n'
       'print([t.decode() for t in out["translations"].numpy()], out["scores"].shape)\n'
+      'rows = f(sources=tf.constant(["Ich liebe dich.", "Je suis fatigue."]),\n'
+      '         target_language=tf.constant(["en", "en"]))\n'
+      'same = rows["translations"].numpy().tolist() == out["translations"].numpy().tolist()\n'
+      'print("one language per source:", same)\n'
       'long = f(sources=tf.constant([" ".join(["Ich liebe dich."] * 50)]), target_language=tf.constant("en"))\n'
       'print("long truncated:", long["truncated"].numpy().tolist())\n'
       'print("lingpipe imported:", "lingpipe" in sys.modules, "sentencepiece imported:", "sentencepiece" in '
       'sys.modules)\n'
-      'for sources, lang in ((["Ich liebe dich."], "de"), (["Hallo", ""], "en"), ("Hallo", "en")):\n'
+      'for sources, lang in ((["Ich liebe dich."], "de"), (["Hallo", ""], "en"), ("Hallo", "en"),\n'
+      '                      (["Hallo", "Salut"], ["en", "de"]), (["Hallo", "Salut"], ["en"] * 3)):\n'
       '  try:\n'
       '    f(sources=tf.constant(sources), target_language=tf.constant(lang))\n'
       '  except tf.errors.InvalidArgumentError as e:\n'
@@ -69,3 +74,15 @@ def test_train_decode_export_and_translate(tmp_path):
           '[de]') in served.stdout
   assert 'refused: [Input `sources` must hold non-empty sentences; these indices are empty:] [1]' in served.stdout
   assert 'refused: [Input `sources` must have shape [batch] (string); got shape] []' in served.stdout
+  assert 'one language per source: True' in served.stdout
+  assert served.stdout.count('translates into (en); got] [de]') == 2  # The second row of a batch is refused too.
+  assert ('refused: [Input `target_language` must be one language or one per source, shape [] or [batch]; got '
+          'shape] [3] [for sources of shape] [2]') in served.stdout
+  # A batch of rows, one target language each, as TF Serving's REST row format ("instances") sends it.
+  cli = subprocess.run(['saved_model_cli', 'run', '--dir', export_dir, '--tag_set', 'serve', '--signature_def',
+                        'serving_default', '--input_exprs',
+                        'sources=["Ich liebe dich.", "Je suis fatigue."];target_language=["en", "en"]'],
+                       capture_output=True, text=True, timeout=300)
+  assert cli.returncode == 0, cli.stderr[-3000:]
+  assert 'Result for output key translations:' in cli.stdout and 'Result for output key truncated:' in cli.stdout
+  assert os.path.realpath(os.path.join(logdir, 'export', 'step_30')) == os.path.realpath(export_dir)  # Old name.

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -40,10 +41,22 @@ def test_train_resume_eval_export_inspect(capsys, tmp_path):
   assert 0.25 < result['metrics']['accuracy'] <= 1.0
 
   code, out, _ = RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=export')
-  export_dir = os.path.join(logdir, 'export', 'step_15')
+  export_dir = os.path.join(logdir, 'export', '15')
   assert code == 0 and export_dir in out
+  # TF Serving's layout: the model's base path holds integer version folders, each a SavedModel; it serves the
+  # highest and skips names that are not integers, such as the link from the old name.
+  base = os.path.join(logdir, 'export')
+  assert [int(d) for d in os.listdir(base) if d.isdigit()] == [15]
+  assert {'saved_model.pb', 'variables'} <= set(os.listdir(export_dir))
+  assert os.readlink(os.path.join(base, 'step_15')) == '15'
   serve = tf.saved_model.load(export_dir).signatures['serving_default']
   np.testing.assert_allclose(serve(features=tf.zeros([3, 16]))['probs'].numpy().sum(-1), 1.0, rtol=1e-5)
+  # The README's REST request: TF Serving stacks the rows ("instances") into one batch per input.
+  with open(os.path.join(os.path.dirname(__file__), '..', 'README.md'), encoding='utf-8') as f:
+    request = json.loads(re.search(r"curl -d '(.*)' localhost:8501/v1/models/mlp:predict", f.read()).group(1))
+  rows = request['instances']
+  batch = {k: tf.constant([row[k] for row in rows], serve.structured_input_signature[1][k].dtype) for k in rows[0]}
+  assert serve(**batch)['class_ids'].shape == [len(rows)]
   for wrong, got in ((tf.zeros([3, 5]), '[3 5]'), (tf.zeros([3, 16, 1]), '[3 16 1]'), (tf.zeros([16]), '[16]')):
     with pytest.raises(tf.errors.InvalidArgumentError) as e:
       serve(features=wrong)
@@ -63,7 +76,7 @@ def test_relative_logdir(capsys, tmp_path, monkeypatch):
     assert code == 0, err
   assert 'Already at step 2' in RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=runs/mlp',
                                            '--max_steps=2')[1]
-  assert os.path.isdir(tmp_path / 'runs' / 'mlp' / 'export' / 'step_2')
+  assert os.path.isdir(tmp_path / 'runs' / 'mlp' / 'export' / '2')
 
 
 def test_list_mode(capsys):

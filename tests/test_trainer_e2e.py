@@ -59,7 +59,7 @@ def test_killed_run_resumes_then_evals_and_exports_a_servable_model(tmp_path):
 
   exported = _Run('--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=export')
   assert exported.returncode == 0, exported.stderr
-  export_dir = os.path.join(logdir, 'export', 'step_%d' % (killed_at + 100))
+  export_dir = os.path.join(logdir, 'export', '%d' % (killed_at + 100))
   assert export_dir in exported.stdout
 
   # Serve in a fresh interpreter that never imports lingpipe.
@@ -95,7 +95,7 @@ def test_gpipe_models_train_eval_export_and_serve_on_one_device(model, tmp_path)
   assert evaluated.returncode == 0 and 'accuracy=' in evaluated.stdout, evaluated.stderr
   exported = _Run('--model=' + model, '--logdir=' + logdir, '--mode=export')
   assert exported.returncode == 0, exported.stderr
-  export_dir = os.path.join(logdir, 'export', 'step_20')
+  export_dir = os.path.join(logdir, 'export', '20')
   inspected = _Run('--model=' + model, '--mode=inspect')
   assert '# Pipeline' in inspected.stdout and 'CPU:1' in inspected.stdout
   # A fresh interpreter with one CPU device and no lingpipe serves the export: it needs no pipeline.
@@ -145,7 +145,7 @@ assert "lingpipe" not in sys.modules
 probs = out["probs"].numpy()
 assert probs.shape == (8, 10) and np.allclose(probs.sum(-1), 1.0, atol=1e-4)
 print("classified", out["class_ids"].numpy().tolist())
-''', os.path.join(logdir, 'export', 'step_4'),
+''', os.path.join(logdir, 'export', '4'),
       os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tasks', 'image', 'data',
                    'cifar10_sample', 'test.npz')], capture_output=True, text=True, timeout=120)
   assert serve.returncode == 0, serve.stderr

@@ -76,6 +76,9 @@ class Pipeline(keras.Model):
     # weights in the given model's order (plain.set_weights(pipelined.get_weights()) works).
     self._seed_step = _Held(tf.Variable(0, dtype=tf.int64, trainable=False, name='seed_step'))
     self._eager_forward = _Held(None)
+    # A pipeline of built layers of known input shape is built, as the model it came from (Keras callbacks such as
+    # BackupAndRestore need a built model before fit).
+    self.built = self._config['input_shape'] is not None and all(unit.built for unit in self.units)
 
   @property
   def pipeline(self):
@@ -123,11 +126,21 @@ class Pipeline(keras.Model):
       self._seed_step.value.assign(np.asarray(store['seed_step']))
     super().load_own_variables({key: store[key] for key in store.keys() if key != 'seed_step'})
 
-  def export(self, filepath, *args, **kwargs):  # pylint: disable=arguments-differ
+  def export(self, filepath, format='tf_saved_model', verbose=None,  # pylint: disable=redefined-builtin
+             input_signature=None, **kwargs):
     """Keras's export, tracing the inference graph as lingpipe's exporter does (context.Exporting): the units one
-    after another, no micro-batches, so the SavedModel serves any batch size on one device, without lingpipe."""
+    after another, no micro-batches, so the SavedModel serves any batch size on one device, without lingpipe. It
+    is traced for the input shape the pipeline was built for, so a pipeline never called (just loaded) exports."""
+    shape = self._config['input_shape']
+    if input_signature is None and shape is not None:  # Keras infers one only for models it built by a call.
+      try:  # The given model's Input; a layer loaded from its config has none (then Keras's default float type).
+        dtype = tf.nest.flatten(self.units[0].input)[0].dtype
+      except (AttributeError, ValueError):
+        dtype = keras.backend.floatx()
+      spec = lambda s: tf.TensorSpec([None] + list(s[1:]), dtype)
+      input_signature = [{k: spec(v) for k, v in shape.items()} if isinstance(shape, dict) else spec(shape)]
     with context.Exporting():
-      return super().export(filepath, *args, **kwargs)
+      return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)
 
   def call(self, inputs, training=False):
     training = bool(training)

@@ -1,7 +1,8 @@
 """Export: a SavedModel with one serving signature per entry of `Task.Inference()`.
 
 The SavedModel holds the weights and the traced inference graphs only, so `tf.saved_model.load` alone serves it;
-lingpipe need not be installed where it is used.
+lingpipe need not be installed where it is used. By default it goes to `<logdir>/export/<step>/`: TF Serving serves
+a model's base folder by its integer version subfolders (the highest by default), so `<logdir>/export` is that base.
 """
 
 import os
@@ -14,6 +15,7 @@ from lingpipe.core import serving
 from lingpipe.runners import checkpointer
 from lingpipe.runners import evaler
 from lingpipe.runners import safe_write
+from lingpipe.runners import temporaries
 
 
 def _SignatureFunction(fn, spec):
@@ -53,7 +55,7 @@ def CheckTarget(export_dir, model):
       where = ('the logdir of a training run (its params.txt and checkpoints)' if real == logdir
                else 'inside the checkpoints of the logdir %s' % logdir)
       raise errors.ConfigError('--export_dir %s is %s; nothing was written. Export elsewhere, e.g. to the default '
-                               '%s.' % (export_dir, where, os.path.join(logdir, 'export', 'step_<N>')))
+                               '%s.' % (export_dir, where, os.path.join(logdir, 'export', '<step>')))
   if not os.path.lexists(export_dir):
     return
   if not os.path.isdir(export_dir):
@@ -82,8 +84,9 @@ def Export(p, logdir, export_dir=None, checkpoint_path=None, out=None):
   if export_dir:
     CheckTarget(export_dir, p.model)  # Before the model is built: a refusal costs nothing.
   task, step, path = evaler.LoadTask(p, logdir, checkpoint_path, out=out)
-  if not export_dir:  # The default names the step, known only now.
-    export_dir = os.path.join(logdir, 'export', 'step_%d' % step)
+  default = not export_dir
+  if default:  # TF Serving's version folder: the step, known only now.
+    export_dir = os.path.join(logdir, 'export', str(step))
     CheckTarget(export_dir, p.model)
   module = tf.Module()
   module.task = task
@@ -102,4 +105,23 @@ def Export(p, logdir, export_dir=None, checkpoint_path=None, out=None):
       f.write(p.ToText())  # Also what marks the folder as an export of this model (CheckTarget).
   print('Exported %s at step %d (from %s) to %s with signatures: %s' % (
       p.model, step, path, export_dir, ', '.join(sorted(signatures))), file=out, flush=True)
+  if default:
+    _LinkOldName(export_dir, step, out)
   return export_dir
+
+
+def _LinkOldName(export_dir, step, out):
+  """Makes `export/step_<N>`, where exports went before they took TF Serving's layout, a link to `export/<N>`, so
+  scripts reading the old name keep working; TF Serving skips it (not an integer). Whatever else is there is left
+  alone."""
+  old = os.path.join(os.path.dirname(export_dir), 'step_%d' % step)
+  if os.path.lexists(old):
+    return
+  tmp = temporaries.Name(old)
+  try:
+    os.symlink(os.path.basename(export_dir), tmp)
+    os.rename(tmp, old)
+  except OSError as e:
+    if os.path.lexists(tmp):
+      os.remove(tmp)
+    print('(No link %s to the export: %s.)' % (old, e.strerror), file=out, flush=True)

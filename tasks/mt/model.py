@@ -227,15 +227,25 @@ class TransformerMT(base_task.BaseTask):
 
   def Inference(self):
     self.InferenceResources()
+    # target_language: one per source (the REST API's row format, "instances", sends a batch of each input), or
+    # one for all. Its shape is checked here, so the signature declares none.
     spec = NestedMap(sources=tf.TensorSpec([None], tf.string, name='sources'),
-                     target_language=tf.TensorSpec([], tf.string, name='target_language'))
+                     target_language=tf.TensorSpec(None, tf.string, name='target_language'))
     served = ', '.join(sorted(self.ServedTargetLanguages()))
 
     def Translate(sources, target_language):
-      lang_id = self._lang_table.lookup(target_language)
+      batch = tf.shape(sources)[:1]
+      shape = tf.shape(target_language)
+      one_per_source = tf.logical_and(tf.equal(tf.size(shape), 1), tf.reduce_all(tf.equal(shape, batch)))
+      shape_ok = tf.logical_or(tf.equal(tf.size(shape), 0), one_per_source)
+      shape_check = serving.Require(shape_ok, 'Input `target_language` must be one language or one per source, '
+                                    'shape [] or [batch]; got shape', shape, 'for sources of shape', batch)
+      target_language = serving.After([shape_check], target_language)
+      lang_id = tf.broadcast_to(self._lang_table.lookup(target_language), batch)
+      unknown = tf.boolean_mask(tf.broadcast_to(target_language, batch), lang_id < 0)
       empty = tf.where(tf.equal(tf.strings.length(tf.strings.strip(sources)), 0))[:, 0]
-      checks = [serving.Require(lang_id >= 0, 'Input `target_language` must be one of the languages this model '
-                                'translates into (%s); got' % served, target_language),
+      checks = [serving.Require(tf.equal(tf.size(unknown), 0), 'Input `target_language` must be one of the languages '
+                                'this model translates into (%s); got' % served, unknown),
                 serving.Require(tf.equal(tf.size(empty), 0), 'Input `sources` must hold non-empty sentences; '
                                 'these indices are empty:', empty)]
       sources, lang_id = serving.After(checks, sources, lang_id)
@@ -244,7 +254,7 @@ class TransformerMT(base_task.BaseTask):
       source_cut = tokens.row_lengths() > max_source
       tokens = tokens[:, :max_source]
       n = tokens.nrows()
-      src = tf.concat([tf.fill([n, 1], lang_id), tokens, tf.fill([n, 1], vocab_lib.EOS_ID)], 1).to_tensor()
+      src = tf.concat([tf.expand_dims(lang_id, 1), tokens, tf.fill([n, 1], vocab_lib.EOS_ID)], 1).to_tensor()
       out = self.BeamDecode(src, tf.cast(tf.equal(src, vocab_lib.PAD_ID), tf.float32))
       ended = tf.reduce_any(tf.equal(out.ids[:, 0], vocab_lib.EOS_ID), axis=1)
       # truncated: the source was cut to max_decode_len - 2 tokens, or the translation reached max_decode_len
