@@ -198,11 +198,12 @@ def test_batch_norm_and_dropout_train_alike_under_every_schedule():
       np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
 
 
-def test_batch_norm_normalizes_each_micro_batch_and_moves_its_averages_by_the_whole_batch():
+@pytest.mark.parametrize('num_replicas,m', [(1, 4), (2, 2)])
+def test_batch_norm_normalizes_each_micro_batch_and_moves_its_averages_by_the_whole_batch(num_replicas, m):
   keras.utils.set_random_seed(2)
   plain = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.BatchNormalization(momentum=0.9),
                             keras.layers.Dense(3)])
-  pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=4)
+  pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=m, num_replicas=num_replicas)
   x, _ = _Data()
   outputs = pipelined(x, training=True)
   # Each micro-batch of 6 rows is normalized by its own moments, as GPipe does.
@@ -383,3 +384,41 @@ def test_summary_shows_each_cells_device_and_layers():
   assert lines[-3:] == [' Pipeline: 2 cells on 2 devices, 2 micro-batches, remat always, schedule gpipe',
                         '   cell 0 on %s: hidden' % pipelined.cells()[0][0],
                         '   cell 1 on %s: logits' % pipelined.cells()[1][0]], lines
+
+
+@pytest.mark.parametrize('schedule', ['gpipe', '1f1b'])
+def test_replicas_fit_the_weights_plain_fit_gives(schedule):
+  """R=2 replicas of a K=2 pipeline, each fed half of every batch: fit equals the plain model on the whole batch."""
+  x, y = _Data(rows=32)
+  plain = _RegularizedMlp(seed=3)
+  pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=2, num_replicas=2, schedule=schedule)
+  assert [d[-1] for d in pipelined.pipeline.ReplicaDevices(1)] == ['2', '3']  # The second replica's own devices.
+  for model in (plain, pipelined):
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=_LOSS)
+  history = plain.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+  pipelined_history = pipelined.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+  np.testing.assert_allclose(pipelined_history['loss'], history['loss'], rtol=1e-5)
+  for w_plain, w_pipelined in zip(plain.get_weights(), pipelined.get_weights()):
+    np.testing.assert_allclose(w_pipelined, w_plain, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(pipelined.predict(x, batch_size=16, verbose=0), plain.predict(x, verbose=0),
+                             rtol=1e-5, atol=1e-5)
+  with pytest.raises(errors.ConfigError, match='a batch of 15 rows does not split into num_replicas=2 equal'):
+    pipelined(x[:15])
+
+
+def test_a_strategy_scope_is_refused_in_one_line_that_names_num_replicas():
+  strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  with strategy.scope():
+    with pytest.raises(errors.ConfigError, match=r'cannot build inside the scope of MirroredStrategy: .*'
+                       r'Pipeline\(\.\.\., num_replicas=R\)'):
+      lk.Pipeline(_Mlp(seed=1), num_splits=2)
+  pipelined = lk.Pipeline(_Mlp(seed=1), num_splits=2)
+  pipelined.compile(optimizer='sgd', loss=_LOSS)
+  with strategy.scope():
+    with pytest.raises(errors.ConfigError, match='cannot fit inside the scope of MirroredStrategy'):
+      pipelined.fit(*_Data(rows=8), batch_size=8, verbose=0)
+  with pytest.raises(errors.ConfigError, match=r'3 replicas x 2 splits need 6 devices, and this process has 4 .*'
+                     r'ConfigureLocalDevices\(6\).*devices= as 3 lists of 2'):
+    lk.Pipeline(_Mlp(seed=1), num_splits=2, num_replicas=3)
+  with pytest.raises(errors.ConfigError, match='devices lists 1 replica.* and num_replicas is 2'):
+    lk.Pipeline(_Mlp(seed=1), num_splits=2, num_replicas=2, devices=['/cpu:0', '/cpu:1'])

@@ -18,6 +18,8 @@ import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import errors
+from lingpipe.distributed import cluster
+from lingpipe.distributed import replicas
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.keras import cut
 from lingpipe.keras import keras_layer
@@ -38,15 +40,20 @@ class Pipeline(keras.Model):
   input_shape: the shape of a batch, for layers that are not built yet.
   batch_size: the largest batch; batches whose size Keras leaves open when it traces (after a smaller last batch,
     or from a dataset batched without drop_remainder) are padded to it. Default: the first static batch size.
+  num_replicas: R data-parallel replicas of the K-device pipeline, each fed 1/R of every batch, on R x K devices:
+    `devices` as R lists of K (local or a cluster's), or by default the first R x K local devices, replica by
+    replica. The gradients are those of the whole batch, as with R=1.
   balance: how units are placed in cells (PipeliningLayer's balance). Default: 'flops' (each unit's estimated
     forward flops) where the input shape is known, else 'uniform' (unit counts). A Keras model often starts with
     weightless layers (Rescaling, Flatten) that counting would give a cell of their own.
   """
 
   def __init__(self, model, num_splits=1, num_micro_batches=1, remat='always', schedule='gpipe', virtual_stages=1,
-               balance=None, devices=None, cut_at=None, input_shape=None, batch_size=None, name=None,
-               **kwargs):
+               balance=None, devices=None, cut_at=None, input_shape=None, batch_size=None, num_replicas=1,
+               name=None, **kwargs):
+    _RefuseStrategyScope('build')
     super().__init__(name=name or 'pipeline', **kwargs)
+    given_devices, devices = devices, _Mesh(devices, num_replicas, num_splits)
     # compile() scales the loss of a mixed_float16 model (or list of layers), as Keras compiles such a model.
     self._mixed_float16 = any(getattr(getattr(m, 'dtype_policy', None), 'name', '') == 'mixed_float16'
                               for m in (model if isinstance(model, (list, tuple)) else [model]))
@@ -58,7 +65,8 @@ class Pipeline(keras.Model):
       balance = 'flops' if all(shape is not None for shape in shapes) else 'uniform'
     self._config = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
                         schedule=schedule, virtual_stages=virtual_stages, balance=balance,
-                        devices=list(devices) if devices else None, batch_size=batch_size)
+                        devices=_Mesh(given_devices, num_replicas, num_splits) if given_devices else None,
+                        batch_size=batch_size, num_replicas=num_replicas)
     self._config['input_shape'] = _ParamsShape(shapes[0]) if shapes[0] is not None else None
     params = pipelining_layer.PipeliningLayer.Params().Set(
         name=self.name, num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
@@ -96,8 +104,9 @@ class Pipeline(keras.Model):
     super().summary(*args, print_fn=print_fn, **kwargs)
     print_fn = print_fn or print
     p = self.pipeline
-    print_fn(' Pipeline: %d cells on %d devices, %d micro-batches, remat %s, schedule %s' % (
-        p.num_cells, p.num_devices, p.params.num_micro_batches, p.params.remat, p.params.schedule))
+    print_fn(' Pipeline: %d cells on %d devices%s, %d micro-batches, remat %s, schedule %s' % (
+        p.num_cells, p.num_devices, ' x %d replicas' % p.num_replicas if p.num_replicas > 1 else '',
+        p.params.num_micro_batches, p.params.remat, p.params.schedule))
     for k, (device, names) in enumerate(self.cells()):
       print_fn('   cell %d on %s: %s' % (k, device, ', '.join(names)))
 
@@ -226,7 +235,12 @@ class Pipeline(keras.Model):
     seed_step = self._seed_step.value
     with tf.GradientTape() as tape:
       with context.Training(True), context.StepSeed(tf.convert_to_tensor(seed_step)):
-        loss, _ = self.pipeline.FPropWithLoss(x, targets, MicroBatchLoss)
+        if self.pipeline.num_replicas == 1:
+          loss, _ = self.pipeline.FPropWithLoss(x, targets, MicroBatchLoss)
+        else:  # Equal shares: the mean of the replicas' mean losses is the batch's.
+          loss = self._OnReplicas(
+              (x, targets), True, lambda shard: self.pipeline.FPropWithLoss(shard[0], shard[1], MicroBatchLoss)[0],
+              lambda losses: tf.add_n(losses) / len(losses))
       scaled_loss = self.optimizer.scale_loss(loss)
     gradients = tape.gradient(scaled_loss, self.trainable_variables)
     self.optimizer.apply_gradients(zip(gradients, self.trainable_variables))
@@ -243,7 +257,28 @@ class Pipeline(keras.Model):
           "fit() (its train_step); a training call of the model has no loss to run. Call it with training=False, "
           "or use schedule='gpipe' for a custom training loop." % (self.name, self.pipeline.params.schedule))
     with context.Training(training), context.StepSeed(seed if training else None):
-      return self.pipeline.FProp(inputs)
+      if self.pipeline.num_replicas == 1:
+        return self.pipeline.FProp(inputs)
+      return self._OnReplicas(inputs, training, lambda shard: self.pipeline.FProp(shard), _Concat)
+
+  def _OnReplicas(self, inputs, training, fn, combine):
+    """combine([fn(shard) for each replica's shard of `inputs`, run on its devices]); in training, batch norm's
+    moving statistics move once, by the moments of every replica's rows (the whole batch's)."""
+    num_replicas = self.pipeline.num_replicas
+    rows = tf.nest.flatten(inputs)[0].shape[0]
+    if rows is not None and rows % num_replicas:
+      raise errors.ConfigError(
+          'lingpipe.keras.Pipeline %r: a batch of %d rows does not split into num_replicas=%d equal shares. Use a '
+          'batch size that is a multiple of %d.' % (self.name, rows, num_replicas, num_replicas))
+    shards = replicas.ReplicaShards(inputs, num_replicas)
+    moments = context.BatchNormStats(discard=not training)
+    results = []
+    with context.CollectBatchNormStats(moments):
+      for r, shard in enumerate(shards):
+        with context.Replica(r), tf.device(self.pipeline.ReplicaDevices(r)[0]):
+          results.append(fn(shard))
+    moments.Update()
+    return combine(results)
 
   def _PadToBatchSize(self, inputs, training):
     """Keras traces its step functions with the batch dimension open once it has seen two batch sizes (the last
@@ -277,6 +312,7 @@ class Pipeline(keras.Model):
   # Keras leaves the batch dimension open when the data do not divide into batches: the batch size comes from
   # the batch_size argument then (Keras's default, 32, for arrays).
   def fit(self, x=None, y=None, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
+    _RefuseStrategyScope('fit')
     self._NoteBatchSize(batch_size, x)
     return super().fit(x, y, batch_size, *args, **kwargs)
 
@@ -329,6 +365,46 @@ class Pipeline(keras.Model):
       optimizer.build(self.trainable_variables)
     finally:
       del creator.add_variable_from_reference
+
+
+def _RefuseStrategyScope(what):
+  """A tf.distribute strategy would mirror every variable on its own devices, undoing the pipeline's placement."""
+  if tf.distribute.has_strategy():
+    raise errors.ConfigError(
+        'lingpipe.keras.Pipeline cannot %s inside the scope of %s: it places each cell\'s variables on that cell\'s '
+        'device, which the strategy would replace by copies on its own devices. Build and fit the Pipeline outside '
+        'the scope; for data parallelism pass Pipeline(..., num_replicas=R).' % (
+            what, type(tf.distribute.get_strategy()).__name__))
+
+
+def _Mesh(devices, num_replicas, num_splits):
+  """The pipeline's devices: as given (K, or R lists of K), else the first R x K local devices for R > 1."""
+  if not isinstance(num_replicas, int) or num_replicas < 1:
+    raise errors.ConfigError('lingpipe.keras.Pipeline: num_replicas must be a positive integer, got %r.' % (
+        num_replicas,))
+  if devices:
+    devices = [list(row) if isinstance(row, (list, tuple)) else row for row in devices]
+    rows = len(devices) if isinstance(devices[0], list) else 1
+    if rows != num_replicas:
+      raise errors.ConfigError(
+          'lingpipe.keras.Pipeline: devices lists %d replica(s) of devices and num_replicas is %d; give one list '
+          'of %d devices per replica.' % (rows, num_replicas, num_splits))
+    return devices
+  if num_replicas == 1:
+    return None  # The current cluster's (locally: GPUs, else logical CPU devices).
+  local = cluster.LocalDevices()
+  needed = num_replicas * num_splits
+  if needed > len(local):
+    raise errors.ConfigError(
+        'lingpipe.keras.Pipeline: %d replicas x %d splits need %d devices, and this process has %d (%s). Make more '
+        'logical CPU devices before TensorFlow starts (lingpipe.distributed.cluster.ConfigureLocalDevices(%d)), '
+        'or pass devices= as %d lists of %d.' % (num_replicas, num_splits, needed, len(local), ', '.join(local),
+                                                 needed, num_replicas, num_splits))
+  return [local[r * num_splits:(r + 1) * num_splits] for r in range(num_replicas)]
+
+
+def _Concat(outputs):
+  return tf.nest.map_structure(lambda *parts: tf.concat(parts, 0), *outputs)
 
 
 def _Tensors(inputs):
