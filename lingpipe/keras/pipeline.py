@@ -18,11 +18,11 @@ import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import errors
-from lingpipe.distributed import cluster
 from lingpipe.distributed import replicas
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.keras import cut
 from lingpipe.keras import keras_layer
+from lingpipe.keras import placement
 
 
 class _Held:
@@ -51,9 +51,9 @@ class Pipeline(keras.Model):
   def __init__(self, model, num_splits=1, num_micro_batches=1, remat='always', schedule='gpipe', virtual_stages=1,
                balance=None, devices=None, cut_at=None, input_shape=None, batch_size=None, num_replicas=1,
                name=None, **kwargs):
-    _RefuseStrategyScope('build')
+    placement.RefuseStrategyScope('build')
     super().__init__(name=name or 'pipeline', **kwargs)
-    given_devices, devices = devices, _Mesh(devices, num_replicas, num_splits)
+    given_devices, devices = devices, placement.Mesh(devices, num_replicas, num_splits)  # Saved as given (get_config).
     # compile() scales the loss of a mixed_float16 model (or list of layers), as Keras compiles such a model.
     self._mixed_float16 = any(getattr(getattr(m, 'dtype_policy', None), 'name', '') == 'mixed_float16'
                               for m in (model if isinstance(model, (list, tuple)) else [model]))
@@ -65,7 +65,7 @@ class Pipeline(keras.Model):
       balance = 'flops' if all(shape is not None for shape in shapes) else 'uniform'
     self._config = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
                         schedule=schedule, virtual_stages=virtual_stages, balance=balance,
-                        devices=_Mesh(given_devices, num_replicas, num_splits) if given_devices else None,
+                        devices=devices if given_devices else None,
                         batch_size=batch_size, num_replicas=num_replicas)
     self._config['input_shape'] = _ParamsShape(shapes[0]) if shapes[0] is not None else None
     params = pipelining_layer.PipeliningLayer.Params().Set(
@@ -312,7 +312,7 @@ class Pipeline(keras.Model):
   # Keras leaves the batch dimension open when the data do not divide into batches: the batch size comes from
   # the batch_size argument then (Keras's default, 32, for arrays).
   def fit(self, x=None, y=None, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
-    _RefuseStrategyScope('fit')
+    placement.RefuseStrategyScope('fit')
     self._NoteBatchSize(batch_size, x)
     return super().fit(x, y, batch_size, *args, **kwargs)
 
@@ -365,42 +365,6 @@ class Pipeline(keras.Model):
       optimizer.build(self.trainable_variables)
     finally:
       del creator.add_variable_from_reference
-
-
-def _RefuseStrategyScope(what):
-  """A tf.distribute strategy would mirror every variable on its own devices, undoing the pipeline's placement."""
-  if tf.distribute.has_strategy():
-    raise errors.ConfigError(
-        'lingpipe.keras.Pipeline cannot %s inside the scope of %s: it places each cell\'s variables on that cell\'s '
-        'device, which the strategy would replace by copies on its own devices. Build and fit the Pipeline outside '
-        'the scope; for data parallelism pass Pipeline(..., num_replicas=R).' % (
-            what, type(tf.distribute.get_strategy()).__name__))
-
-
-def _Mesh(devices, num_replicas, num_splits):
-  """The pipeline's devices: as given (K, or R lists of K), else the first R x K local devices for R > 1."""
-  if not isinstance(num_replicas, int) or num_replicas < 1:
-    raise errors.ConfigError('lingpipe.keras.Pipeline: num_replicas must be a positive integer, got %r.' % (
-        num_replicas,))
-  if devices:
-    devices = [list(row) if isinstance(row, (list, tuple)) else row for row in devices]
-    rows = len(devices) if isinstance(devices[0], list) else 1
-    if rows != num_replicas:
-      raise errors.ConfigError(
-          'lingpipe.keras.Pipeline: devices lists %d replica(s) of devices and num_replicas is %d; give one list '
-          'of %d devices per replica.' % (rows, num_replicas, num_splits))
-    return devices
-  if num_replicas == 1:
-    return None  # The current cluster's (locally: GPUs, else logical CPU devices).
-  local = cluster.LocalDevices()
-  needed = num_replicas * num_splits
-  if needed > len(local):
-    raise errors.ConfigError(
-        'lingpipe.keras.Pipeline: %d replicas x %d splits need %d devices, and this process has %d (%s). Make more '
-        'logical CPU devices before TensorFlow starts (lingpipe.distributed.cluster.ConfigureLocalDevices(%d)), '
-        'or pass devices= as %d lists of %d.' % (num_replicas, num_splits, needed, len(local), ', '.join(local),
-                                                 needed, num_replicas, num_splits))
-  return [local[r * num_splits:(r + 1) * num_splits] for r in range(num_replicas)]
 
 
 def _Concat(outputs):
