@@ -1,5 +1,8 @@
 """Data parallelism x pipeline on logical CPU devices: R replicas of a K-split pipeline (cluster.py's mesh) give
-the update of one replica on the whole batch; batch norm pools all replicas' moments; the errors."""
+the update of one replica on the whole batch, with mirrored weights and all-reduce or summed on replica 0; batch
+norm pools all replicas' moments; the errors."""
+
+import os
 
 import numpy as np
 import pytest
@@ -9,11 +12,13 @@ from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core import model_registry
 from lingpipe.distributed import cluster
+from lingpipe.distributed import mirrors
 from lingpipe.distributed import remote
 from lingpipe.distributed import replicas
 from lingpipe.layers import batch_norm
 from lingpipe.layers import dropout
 from lingpipe.layers import linear
+from lingpipe.runners import train_loop
 import pipeline_test_util as util
 
 
@@ -55,6 +60,57 @@ def test_replicas_give_the_update_of_one_replica_on_the_whole_batch(num_replicas
   one, batch, one_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 1, num_splits, num_micro_batches)
   many, _, many_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', num_replicas, num_splits, num_micro_batches)
   _AssertSameUpdate(_Gradients(one, batch, one_mesh), _Gradients(many, batch, many_mesh))
+
+
+@pytest.mark.parametrize('num_replicas,num_splits,num_micro_batches,override', [
+    (2, 2, 4, ''), (4, 1, 2, ''), (2, 2, 4, 'task.network.schedule="1f1b"')])
+def test_mirrored_replicas_each_get_the_gradients_of_one_replica_on_the_whole_batch(
+    num_replicas, num_splits, num_micro_batches, override):
+  """Each replica reads its own copies (on its own devices) and gets the all-reduced sum for them."""
+  one, batch, one_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 1, num_splits, num_micro_batches, override)
+  many, _, many_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', num_replicas, num_splits, num_micro_batches, override)
+  mirrored = mirrors.Mirrors(many.trainable_variables, many.CreateOptimizer(), many_mesh)
+  for r in range(1, num_replicas):
+    assert [v.device[-5:] for v in mirrored.variables[r]] == [
+        mirrors._Counterpart(many_mesh, v.device, r)[-5:] for v in many.trainable_variables]
+  assert {v.device[-5:] for v in mirrored.variables[-1]} == {d[-5:] for d in many_mesh.devices[-1]}
+  reference = _Gradients(one, batch, one_mesh)
+  with cluster.Use(many_mesh), mirrors.Use(mirrored), context.Training(True), \
+      context.StepSeed(tf.constant(3, tf.int64)):
+    loss, metrics, per_replica = tf.function(many.ComputeReplicaGradients, autograph=False)(batch)
+  assert len(per_replica) == num_replicas
+  for grads in per_replica:
+    _AssertSameUpdate(reference, (loss, metrics, grads))
+
+
+def _TrainLoop(logdir, num_replicas, exchange='all_reduce', max_steps=4):
+  p = model_registry.GetParams('synthetic.DeepMlpGPipe', 'Train')
+  p.task.network.Set(num_splits=2, num_micro_batches=2)
+  p.task.train.Set(max_steps=max_steps, save_interval_steps=4, clip_gradient_norm_to_value=0.5)
+  p.cluster.Set(num_replicas=num_replicas, gradient_exchange=exchange)
+  with cluster.Use(cluster.Cluster.FromParams(p.cluster, 2)):
+    loop = train_loop.TrainLoop(p, str(logdir), out=open(os.devnull, 'w'))
+    loop.Run()
+  return loop
+
+
+def test_mirrored_weights_train_as_one_replica_stay_equal_are_saved_once_and_resume(tmp_path):
+  """Adam (its slots mirrored too) and clipping, through the trainer: R=2 x K=2 ends where one replica does, the
+  copies equal replica 0's after every run, checkpoints hold one copy, and a resumed run syncs the copies (and
+  slots) from it."""
+  one = _TrainLoop(tmp_path / 'one', 1, max_steps=6)
+  summed = _TrainLoop(tmp_path / 'summed', 2, 'sum_on_replica_0', max_steps=6)
+  assert summed.mirrors is None
+  mirrored = _TrainLoop(tmp_path / 'mirrored', 2)
+  assert mirrored.mirrors.MaxDifference() == 0.0
+  names = [name for name, _ in tf.train.list_variables(str(tmp_path / 'mirrored' / 'train' / 'ckpt-4'))]
+  assert not [n for n in names if 'replica_1' in n or 'ordering_token' in n]
+  assert names == [name for name, _ in tf.train.list_variables(str(tmp_path / 'summed' / 'train' / 'ckpt-4'))]
+  resumed = _TrainLoop(tmp_path / 'mirrored', 2, max_steps=6)
+  assert resumed.resumed_step == 4 and resumed.mirrors.MaxDifference() == 0.0
+  for loop in (summed, resumed):
+    for v_one, v in zip(one.task.trainable_variables, loop.task.trainable_variables):
+      np.testing.assert_allclose(v.numpy(), v_one.numpy(), rtol=1e-5, atol=1e-6, err_msg=v.name)
 
 
 def test_bfloat16_replicas_give_the_update_of_one_replica_and_scale_the_loss_alike():

@@ -20,6 +20,7 @@ from lingpipe.core import lr_schedule
 from lingpipe.core import optimizer
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
+from lingpipe.distributed import mirrors
 from lingpipe.distributed import replicas
 
 
@@ -152,6 +153,12 @@ class BaseTask(base_layer.BaseLayer):
     (context.BatchNormStats). With R data-parallel replicas (cluster.num_replicas) the batch is sharded over
     them: replicas.ComputeGradients.
     """
+    loss, metrics, per_replica = self.ComputeReplicaGradients(batch, loss_scale)
+    return loss, metrics, per_replica[0]
+
+  def ComputeReplicaGradients(self, batch, loss_scale=None):
+    """(loss, metrics, [grads]): ComputeGradients, with one list of gradients per replica where the weights are
+    mirrored (mirrors.Current(): replica r's are those of its copies, mirrors.Mirrors.variables[r]), else one."""
     variables = self.trainable_variables
     l2_weight = self.params.train.l2_regularizer_weight
     mesh = cluster.Current()
@@ -163,8 +170,19 @@ class BaseTask(base_layer.BaseLayer):
         if loss_scale is not None:
           total *= tf.cast(loss_scale, total.dtype)
       moments.Update()
-      return loss, metrics, tape.gradient(total, variables)
-    return replicas.ComputeGradients(self, batch, mesh, loss_scale)
+      return loss, metrics, [tape.gradient(total, variables)]
+    return replicas.ComputeGradients(self, batch, mesh, loss_scale, mirrors.Current())
+
+  @staticmethod
+  def _Unscaled(grads, variables, loss_scale, scale):
+    """`grads` dense (embedding lookups give IndexedSlices; the optimizers update dense slots) and divided by the
+    loss scale, each on its variable's device."""
+    out = []
+    for g, v in zip(grads, variables):
+      with tf.device(v.device):
+        g = tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g
+        out.append(loss_scale.Unscale([g], scale)[0] if loss_scale is not None else g)
+    return out
 
   def TrainStep(self, batch, step, opt, schedule, loss_scale=None):
     """One synchronous update. Skips the update if the loss or gradient is not finite: the caller stops, or with
@@ -177,23 +195,28 @@ class BaseTask(base_layer.BaseLayer):
     variables = self.trainable_variables
     scale = loss_scale.scale.read_value() if loss_scale is not None else None
     with context.Training(True), context.StepSeed(step):
-      loss, metrics, grads = self.ComputeGradients(batch, scale)
-    missing = [v.name for v, g in zip(variables, grads) if g is None]
+      loss, metrics, per_replica = self.ComputeReplicaGradients(batch, scale)
+    missing = [v.name for v, g in zip(variables, per_replica[0]) if g is None]
     if missing:
       raise errors.ConfigError('No gradient reaches these trainable variables: %s. Are they used in the '
                                'forward pass?' % ', '.join(missing))
-    # Embedding lookups give IndexedSlices; the optimizers update dense slots, so densify them here.
-    grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-    if loss_scale is not None:
-      grads = loss_scale.Unscale(grads, scale)
-    grad_norm = tf.linalg.global_norm(grads)
+    mirrored = mirrors.Current()
+    replica_variables = mirrored.variables if mirrored else [variables]
+    optimizers = mirrored.optimizers if mirrored else [opt]
+    per_replica = [self._Unscaled(grads, replica_variables[r], loss_scale, scale)
+                   for r, grads in enumerate(per_replica)]
+    # Replica 0's norm decides clipping and finiteness for all: the replicas' gradients are the same sums.
+    grad_norm = tf.linalg.global_norm(per_replica[0])
     if tp.clip_gradient_norm_to_value:
-      grads, _ = tf.clip_by_global_norm(grads, tp.clip_gradient_norm_to_value, use_norm=grad_norm)
+      per_replica = [_Clipped(grads, replica_variables[r], tp.clip_gradient_norm_to_value, grad_norm)
+                     for r, grads in enumerate(per_replica)]
     is_finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(grad_norm))
     learning_rate = tp.learning_rate * schedule.Value(step)
 
     def Apply():
-      with tf.control_dependencies([opt.Apply(grads, variables, learning_rate)]):
+      updates = [optimizers[r].Apply(grads, replica_variables[r], learning_rate)
+                 for r, grads in enumerate(per_replica)]
+      with tf.control_dependencies(updates):
         return tf.constant(True)
 
     applied = tf.cond(is_finite, Apply, lambda: tf.constant(False))
@@ -205,3 +228,14 @@ class BaseTask(base_layer.BaseLayer):
       with tf.control_dependencies([update]):
         out.loss_scale, out.skipped_in_a_row = scale, loss_scale.skipped_in_a_row.read_value()
     return out
+
+
+def _Clipped(grads, variables, clip_norm, norm):
+  """tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)'s gradients, each computed on its variable's device."""
+  factor = tf.where(tf.math.is_finite(norm), clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm),
+                    tf.constant(float('nan'), norm.dtype))
+  out = []
+  for g, v in zip(grads, variables):
+    with tf.device(v.device):
+      out.append(None if g is None else g * tf.cast(factor, g.dtype))
+  return out

@@ -53,9 +53,14 @@ class BaseOptimizer(tf.Module):
       key = _SlotKey(var)
       if key not in self.slots:
         raise errors.ConfigError('Optimizer has no slots for %s: call Build(variables) first.' % var.name)
-      updates.append(self._Update(grad, var, self.slots[key], tf.cast(learning_rate, var.dtype),
-                                  tf.cast(t, var.dtype)))
+      with tf.device(var.device):  # Beside the variable and its slots, whatever the caller's device scope.
+        updates.append(self._Update(grad, var, self.slots[key], tf.cast(learning_rate, var.dtype),
+                                    tf.cast(t, var.dtype)))
     return tf.group(updates)
+
+  def SlotsOf(self, var):
+    """{slot name: slot variable} of `var`."""
+    return self.slots[_SlotKey(var)]
 
   def _Update(self, grad, var, slots, lr, t):
     raise NotImplementedError

@@ -39,6 +39,7 @@ from lingpipe.core import param_checks
 from lingpipe.core import memory_stats
 
 MESH_ORDERS = ('replica_major', 'split_major')
+GRADIENT_EXCHANGES = ('all_reduce', 'sum_on_replica_0')
 DEVICE_TYPES = ('auto', 'GPU', 'CPU')
 
 _LOCK = threading.Lock()
@@ -51,6 +52,10 @@ def Params():
   p = hyperparams.Params()
   p.Define('num_replicas', 1, 'Data-parallel replicas R of every pipeline: the global batch is split over them and '
            'their gradients are averaged.', check=param_checks.Int(1))
+  p.Define('gradient_exchange', 'all_reduce', "How replicas combine gradients in training: 'all_reduce' (each "
+           "replica keeps a copy of the weights on its devices; collective all-reduce, ring or NCCL; see "
+           "distributed/mirrors.py) or 'sum_on_replica_0' (one copy of the weights, on replica 0's devices, where "
+           "every replica's gradients are added).", check=param_checks.OneOf(*GRADIENT_EXCHANGES))
   p.Define('mesh_order', 'replica_major', "How (replica, split) takes device slots: 'replica_major' (r*K + k: a "
            "replica's splits together, one pipeline per host) or 'split_major' (k*R + r: one split per host).",
            check=param_checks.OneOf(*MESH_ORDERS))

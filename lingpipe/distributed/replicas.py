@@ -2,10 +2,13 @@
 
 The batch is split into R equal shards and replica r runs its shard -- forward and backward -- on its own
 devices (context.Replica). The loss is the mean of the replicas' losses weighted by their loss weights
-(metrics['loss'][1], e.g. tokens), and the gradients are the replicas' gradients weighted the same way and summed
-on each variable's device: both equal those of one replica on the whole batch. Batch norm moves its averages
-once, by the moments of all replicas' parts (context.BatchNormStats).
+(metrics['loss'][1], e.g. tokens), and the gradients are the replicas' gradients weighted the same way and summed:
+by collective all-reduce into every replica's mirrored copy (mirrors.py), or on each variable's device. Both equal
+those of one replica on the whole batch. Batch norm moves its averages once, by the moments of all replicas' parts
+(context.BatchNormStats).
 """
+
+import contextlib
 
 import tensorflow as tf
 
@@ -13,16 +16,19 @@ from lingpipe.core import context
 from lingpipe.core import errors
 
 
-def ComputeGradients(task, batch, mesh, loss_scale=None):
-  """(loss, metrics, grads) of `task` (a BaseTask) on `batch`, sharded over the replicas of `mesh`; with
-  `loss_scale`, the gradients of the loss times it."""
+def ComputeGradients(task, batch, mesh, loss_scale=None, mirrored=None):
+  """(loss, metrics, [grads of replica r's variables]) of `task` (a BaseTask) on `batch`, sharded over the
+  replicas of `mesh`; with `loss_scale`, the gradients of the loss times it. With `mirrored` (a mirrors.Mirrors),
+  replica r reads its own copies and each replica gets the all-reduced gradients of its copies; without, one list:
+  the sums on replica 0's variables."""
   variables = task.trainable_variables
   l2_weight = task.params.train.l2_regularizer_weight
   results, tapes = [], []
   moments = context.BatchNormStats()
   with context.CollectBatchNormStats(moments):
     for r, shard in enumerate(ReplicaShards(batch, mesh.num_replicas)):
-      with context.Replica(r), tf.device(mesh.ReplicaDevice(r)), tf.GradientTape() as tape:
+      reading = mirrored.Reading([task], r) if mirrored else contextlib.nullcontext()
+      with context.Replica(r), tf.device(mesh.ReplicaDevice(r)), reading, tf.GradientTape() as tape:
         results.append(task.FProp(shard))
       tapes.append(tape)
   moments.Update()
@@ -32,17 +38,31 @@ def ComputeGradients(task, batch, mesh, loss_scale=None):
   per_replica = []
   for r, (tape, (replica_loss, _)) in enumerate(zip(tapes, results)):
     with tf.device(mesh.ReplicaDevice(r)):  # Each replica's backward on its own devices.
-      per_replica.append(tape.gradient(replica_loss, variables, output_gradients=scales[r]))
-  if l2_weight:
+      read = mirrored.variables[r] if mirrored else variables
+      per_replica.append(tape.gradient(replica_loss, read, output_gradients=scales[r]))
+  if l2_weight:  # Once: on replica 0's variables, before the sum.
     with tf.GradientTape() as tape:
       penalty = l2_weight * task.L2Penalty() * (1.0 if loss_scale is None else loss_scale)
-    per_replica.append(tape.gradient(penalty, variables))
+    penalty_grads = tape.gradient(penalty, variables)
+    if mirrored:
+      per_replica[0] = [_Add(g, p, v.device) for g, p, v in zip(per_replica[0], penalty_grads, variables)]
+    else:
+      per_replica.append(penalty_grads)
+  if mirrored:
+    return loss, metrics, mirrored.AllReduce(per_replica)
   grads = []
   for var, parts in zip(variables, zip(*per_replica)):
     parts = [tf.convert_to_tensor(g) for g in parts if g is not None]
     with tf.device(var.device):  # Summed where the variable lives.
       grads.append(tf.add_n(parts) if parts else None)
-  return loss, metrics, grads
+  return loss, metrics, [grads]
+
+
+def _Add(a, b, device):
+  if a is None or b is None:
+    return b if a is None else a
+  with tf.device(device):
+    return tf.convert_to_tensor(a) + tf.convert_to_tensor(b)
 
 
 def ReplicaShards(batch, num_replicas):

@@ -38,7 +38,8 @@ class CellFunctions:
     rows, which batch statistics leave out: context.RealRows), else None."""
     with tf.device(self._mesh[r][k]), context.Training(training), context.MicroBatch(micro_batch_index), \
         context.CollectBatchNormStats(collector), self._RealRows(padding, micro_batch_index), \
-        base_layer.VariablesAs(self._layer.CellLayers(k), self._cell_params[k].Values(params)):
+        base_layer.VariablesAs(self._layer.CellLayers(k), self._cell_params[k].Values(params,
+                                                                                      self._layer.CopyOf(r))):
       return self._layer.RunCell(k, inputs)
 
   def _RealRows(self, padding, micro_batch_index):

@@ -29,10 +29,16 @@ class CellParams:
               for name, var in layer.vars.items() if var.dtype.is_floating}
     return cls([v for layer in layers for v in layer.trainable_variables], dtypes)
 
-  def Read(self):
-    """The variables' current values in their compute dtypes, in self.variables order."""
-    return [tf.convert_to_tensor(v) if v.dtype == d else tf.cast(v, d) for v, d in zip(self.variables, self.dtypes)]
+  def Read(self, copy_of=None):
+    """The variables' current values in their compute dtypes, in self.variables order; `copy_of(variable)`: the
+    variable to read instead (a replica's mirrored copy, distributed/mirrors.py)."""
+    read = [copy_of(v) for v in self.variables] if copy_of else self.variables
+    return [tf.convert_to_tensor(v) if v.dtype == d else tf.cast(v, d) for v, d in zip(read, self.dtypes)]
 
-  def Values(self, tensors):
-    """{variable.ref(): tensor} for base_layer.VariablesAs."""
-    return {v.ref(): t for v, t in zip(self.variables, tensors)}
+  def Values(self, tensors, copy_of=None):
+    """{variable.ref(): tensor} for base_layer.VariablesAs, also keyed by each variable's `copy_of` (which the
+    layers hold while they read a replica's copies)."""
+    values = {v.ref(): t for v, t in zip(self.variables, tensors)}
+    if copy_of:
+      values.update({copy_of(v).ref(): t for v, t in zip(self.variables, tensors)})
+    return values

@@ -51,7 +51,7 @@ def TrainFProp(layer, inputs):
         dy_stacked = microbatch.Stacked(dy, num_micro, p.batch_dim, forward.pad_rows) if looped else None
       first, accumulated = executor.Backward(forward.plan, cells, dy_micro, dy_stacked, forward.kept,
                                              recorder=recorder, name=layer.TimelineName(r), loop=p.loop_phases)
-      by_ref = layer.GradientsByVariable(accumulated)
+      by_ref = layer.GradientsByVariable(accumulated, r)
       return (layer.MergeInputGrads(first, r, forward.pad_rows),
               [by_ref.get(v.ref()) for v in (variables or [])])
 

@@ -98,7 +98,7 @@ def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
       loss, metrics, _ = replicas.CombineReplicas([(l, m) for l, m, _ in parts])
       total = tf.add_n([w for _, _, w in parts])
     input_grads = layer.MergeInputGrads(first, r, 0)
-    by_ref = layer.GradientsByVariable(accumulated)
+    by_ref = layer.GradientsByVariable(accumulated, r)
     for ref, (_, g) in loss_grads.items():  # The loss may read the pipeline's own variables (a weight penalty).
       by_ref[ref] = by_ref[ref] + g if by_ref.get(ref) is not None else g
     structure['metrics'] = metrics

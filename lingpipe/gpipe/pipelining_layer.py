@@ -36,6 +36,7 @@ from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
+from lingpipe.distributed import mirrors
 from lingpipe.gpipe import cell_functions
 from lingpipe.gpipe import cell_params
 from lingpipe.gpipe import executor
@@ -378,17 +379,29 @@ class PipeliningLayer(base_layer.BaseLayer):
     if own:
       collector.Update()
 
+  def CopyOf(self, replica):
+    """variable -> what `replica` reads for it: its mirrored copy (distributed/mirrors.py), else None (the
+    variable itself, on replica 0's devices)."""
+    mirrored = mirrors.Current()
+    if mirrored is None or replica == 0:
+      return None
+    return lambda v: mirrored.Of(v, replica)
+
   def ReadParams(self, replica):
-    """Each cell's parameter values, read once per step on its device in `replica`."""
+    """Each cell's parameter values, read once per step on its device in `replica` (from its own copies where the
+    weights are mirrored)."""
     params = []
     for k in range(self._num_cells):
       with tf.device(self._mesh[replica][k]):
-        params.append(self._cell_params[k].Read())
+        params.append(self._cell_params[k].Read(self.CopyOf(replica)))
     return params
 
-  def GradientsByVariable(self, accumulated):
-    """{variable.ref(): gradient} of the executor's {cell: accumulated parameter gradients}."""
-    return {v.ref(): g for k, grads in accumulated.items() for v, g in zip(self._cell_params[k].variables, grads)}
+  def GradientsByVariable(self, accumulated, replica=0):
+    """{variable.ref(): gradient} of the executor's {cell: accumulated parameter gradients}, keyed by the
+    variables `replica` read (ReadParams)."""
+    copy_of = self.CopyOf(replica) or (lambda v: v)
+    return {copy_of(v).ref(): g for k, grads in accumulated.items()
+            for v, g in zip(self._cell_params[k].variables, grads)}
 
   def MergeInputGrads(self, first, replica, pad_rows):
     """The pipeline's input gradients (None for non-float leaves) from the executor's per-leaf TensorArrays."""

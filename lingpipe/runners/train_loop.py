@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
+from lingpipe.distributed import mirrors
 from lingpipe.distributed import remote
 from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
@@ -61,10 +62,11 @@ class TrainLoop:
     self.checkpoint = tf.train.Checkpoint(**tracked)
     self.manager = None  # Made by Restore(), once the index says what is on disk.
     self.resumed_step, self.params_staged = 0, False
+    self.mirrors = None  # Replicas' copies of the weights, made equal to the restored ones (_Run).
     self.step_fn = batch_function.BatchFunction(self._Step)
 
   def _Step(self, batch):
-    with self.cluster.Placement():
+    with self.cluster.Placement(), mirrors.Use(self.mirrors):
       out = self.task.TrainStep(batch, self.global_step, self.optimizer, self.schedule, self.loss_scale)
     with tf.control_dependencies([out.loss, out.grad_norm]):
       self.global_step.assign_add(tf.cast(out.is_finite, tf.int64))
@@ -245,6 +247,8 @@ class TrainLoop:
     if step >= tp.max_steps:  # Nothing is written: params.txt still describes the checkpoints.
       self.Print('Already at step %d >= max_steps %d; nothing to train.' % (step, tp.max_steps))
       return step
+    if self.cluster.num_replicas > 1 and p.cluster.gradient_exchange == 'all_reduce':
+      self.mirrors = mirrors.Mirrors(self.task.trainable_variables, self.optimizer, self.cluster)
     writer = tf.summary.create_file_writer(self.train_dir)
     self.Print('Training %s from step %d to %d in %s.' % (p.model, step, tp.max_steps, self.logdir))
     if self.input.Summary():
