@@ -2,6 +2,7 @@
 the update of one replica on the whole batch, with mirrored weights and all-reduce or summed on replica 0; batch
 norm pools all replicas' moments; the errors."""
 
+import contextlib
 import os
 
 import numpy as np
@@ -11,6 +12,7 @@ import tensorflow as tf
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core import model_registry
+from lingpipe.core import optimizer
 from lingpipe.distributed import cluster
 from lingpipe.distributed import mirrors
 from lingpipe.distributed import remote
@@ -159,19 +161,25 @@ def test_replica_r_runs_on_its_own_row_of_the_mesh():
   assert sorted(backward.values()) == ['CPU:0', 'CPU:1', 'CPU:2', 'CPU:3'], backward
 
 
-def test_batch_norm_moves_once_by_the_moments_of_all_replicas_and_micro_batches():
+@pytest.mark.parametrize('mirrored', [False, True])
+def test_batch_norm_moves_once_by_the_moments_of_all_replicas_and_micro_batches(mirrored):
+  """Also when each replica reads its own copies of the weights: the moving statistics are not mirrored."""
   layers = [linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8),
             batch_norm.BatchNormLayer.Params().Set(dim=8, decay=0.9),
             linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8)]
   with cluster.Use(_Mesh(2, 2)):
     plain, pipe = util.Pair(layers, num_splits=2, num_micro_batches=2, remat='always')
   assert pipe.num_replicas == 2
+  copies = None
+  if mirrored:
+    copies = mirrors.Mirrors(pipe.trainable_variables, optimizer.SGD.Params().Instantiate().Build(
+        pipe.trainable_variables), _Mesh(2, 2))
   x = tf.constant(np.random.RandomState(5).normal(size=(16, 8)), tf.float32)
   moments = context.BatchNormStats()
-  with cluster.Use(_Mesh(2, 2)), context.Training(True), context.CollectBatchNormStats(moments):
+  with cluster.Use(_Mesh(2, 2)), mirrors.Use(copies), context.Training(True), context.CollectBatchNormStats(moments):
     outputs = []
     for r, shard in enumerate(tf.split(x, 2)):
-      with context.Replica(r):
+      with context.Replica(r), copies.Reading([pipe], r) if copies else contextlib.nullcontext():
         outputs.append(pipe.FProp(shard))
   bn = pipe.units[1]
   # The moments of both replicas' 2 micro-batches, merged into one value counting all 16 rows; none applied yet.

@@ -38,6 +38,8 @@ def _Args(argv=None):
   parser.add_argument('--layers', type=int, default=8, help='Dense layers.')
   parser.add_argument('--batch', type=int, default=64, help='Global batch (split over the replicas).')
   parser.add_argument('--steps', type=int, default=10, help='Timed steps per configuration.')
+  parser.add_argument('--bucket_mib', type=float, default=None, help='Gradients per collective, at most (default: '
+                      'mirrors.BUCKET_BYTES).')
   parser.add_argument('--write_docs', action='store_true', help='Also write the printed table into '
                       'docs/benchmarks.md, with this command, the commit, the CPU and the date (benchmark_page.py).')
   parser.add_argument('--role', default='main', choices=('main', 'client'), help=argparse.SUPPRESS)
@@ -71,6 +73,8 @@ def _Client(args):
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import mirrors  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
+  if args.bucket_mib:
+    mirrors.BUCKET_BYTES = int(args.bucket_mib * 2**20)
   spec = remote.ParseClusterSpec(args.cluster_spec)
   num_replicas = len(spec['worker'])
   p = model_registry.GetParams('synthetic.DeepMlpGPipe', 'Train')
@@ -118,7 +122,8 @@ def _Client(args):
 def _RunClient(spec_text, exchange, pids, args):
   command = [sys.executable, os.path.abspath(__file__), '--role=client', '--cluster_spec=' + spec_text,
              '--exchange=' + exchange, '--worker_pids=' + ','.join(map(str, pids)), '--width=%d' % args.width,
-             '--layers=%d' % args.layers, '--batch=%d' % args.batch, '--steps=%d' % args.steps]
+             '--layers=%d' % args.layers, '--batch=%d' % args.batch, '--steps=%d' % args.steps] + (
+                 ['--bucket_mib=%g' % args.bucket_mib] if args.bucket_mib else [])
   out = subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
   if out.returncode:
     raise SystemExit('The client failed (%s): %s' % (exchange, out.stderr[-2000:]))

@@ -19,6 +19,10 @@ import tensorflow as tf
 
 from lingpipe.core import base_layer
 
+# Gradients summed by one collective, at most: fewer collectives cost fewer round trips, and smaller ones start
+# while the backward is still running (tools/gradient_exchange_benchmark.py --bucket_mib).
+BUCKET_BYTES = 4 << 20
+
 _CURRENT = []
 _GROUP_KEYS = {}  # Devices of a collective group, in replica order -> its key (process-wide, as TensorFlow's are).
 _KEYS = itertools.count(1)
@@ -39,14 +43,17 @@ class Mirrors:
                                     name='%s/replica_%d' % (v.name.split(':')[0], r)))
       self.variables.append(copies)
     self._copies = {v.ref(): [row[i] for row in self.variables] for i, v in enumerate(variables)}
-    self.optimizers = [optimizer] + [optimizer.params.Instantiate().Build(row) for row in self.variables[1:]]
+    self.optimizers = [optimizer]
+    for r in range(1, self.num_replicas):
+      with tf.device(mesh.ReplicaDevice(r)):  # Its step count; the slots go beside their variables (Build).
+        self.optimizers.append(optimizer.params.Instantiate().Build(self.variables[r]))
     self._tokens = {}
     for row in self.variables:
       for v in row:
         if v.device not in self._tokens:
           with tf.device(v.device):
             self._tokens[v.device] = tf.Variable(0.0, trainable=False, name='collective_ordering_token')
-    self._instance_keys = [next(_KEYS) for _ in variables]
+    self._instance_keys = {}  # (devices, variable indices) -> the key of their collective.
     self.Sync()
 
   def Of(self, var, replica):
@@ -74,23 +81,46 @@ class Mirrors:
 
   def AllReduce(self, per_replica):
     """[[sum over replicas of gradient i] on each replica] from per_replica[r][i], replica r's gradient of its
-    copy i (None where no replica has one)."""
-    summed = [[] for _ in range(self.num_replicas)]
-    for i, parts in enumerate(zip(*per_replica)):
-      if all(g is None for g in parts):
-        for row in summed:
-          row.append(None)
-        continue
-      devices = [row[i].device for row in self.variables]
-      group_key = _GROUP_KEYS.setdefault(tuple(devices), next(_KEYS))
-      for r, (g, device) in enumerate(zip(parts, devices)):
+    copy i (None where no replica has one).
+
+    Gradients go in buckets (Buckets): one collective for several variables, fewer round trips; issued from the
+    last variables to the first, the order the backward produces their gradients, since each device runs its
+    collectives in the order they were issued (its ordering token)."""
+    summed = [[None] * len(per_replica[0]) for _ in range(self.num_replicas)]
+    present = [i for i, parts in enumerate(zip(*per_replica)) if any(g is not None for g in parts)]
+    for devices, indices in self.Buckets(present):
+      group_key = _GROUP_KEYS.setdefault(devices, next(_KEYS))
+      instance_key = self._instance_keys.setdefault((devices, tuple(indices)), next(_KEYS))
+      for r, device in enumerate(devices):
         with tf.device(device):
-          g = tf.zeros_like(self.variables[r][i]) if g is None else tf.convert_to_tensor(g)
-          summed[r].append(tf.raw_ops.CollectiveReduceV2(
-              input=g, group_size=self.num_replicas, group_key=group_key, instance_key=self._instance_keys[i],
+          parts = [tf.zeros_like(self.variables[r][i]) if per_replica[r][i] is None
+                   else tf.convert_to_tensor(per_replica[r][i]) for i in indices]
+          flat = tf.concat([tf.reshape(g, [-1]) for g in parts], 0) if len(parts) > 1 else tf.reshape(parts[0], [-1])
+          total = tf.raw_ops.CollectiveReduceV2(
+              input=flat, group_size=self.num_replicas, group_key=group_key, instance_key=instance_key,
               ordering_token=[self._tokens[device].handle], merge_op='Add', final_op='Id',
-              communication_hint='nccl' if '/device:GPU:' in device.upper() else 'ring'))
+              communication_hint='nccl' if '/device:GPU:' in device.upper() else 'ring')
+          sizes = [self.variables[r][i].shape.num_elements() for i in indices]
+          for i, part in zip(indices, tf.split(total, sizes) if len(indices) > 1 else [total]):
+            summed[r][i] = tf.reshape(part, self.variables[r][i].shape)
     return summed
+
+  def Buckets(self, indices):
+    """[(devices, [variable indices])]: the variables among `indices`, last first, in buckets of one device group
+    and dtype of up to BUCKET_BYTES (a larger variable alone)."""
+    open_buckets, buckets = {}, []
+    for i in reversed(indices):
+      v = self.variables[0][i]
+      devices = tuple(row[i].device for row in self.variables)
+      key = (devices, v.dtype)
+      size = v.shape.num_elements() * v.dtype.size
+      bucket = open_buckets.get(key)
+      if bucket is None or bucket[1] + size > BUCKET_BYTES:
+        bucket = open_buckets[key] = [[], 0]
+        buckets.append((devices, bucket[0]))
+      bucket[0].append(i)
+      bucket[1] += size
+    return buckets
 
   def MaxDifference(self):
     """The largest absolute difference between a copy and replica 0's variable (0.0: all equal)."""
