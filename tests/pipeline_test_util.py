@@ -93,7 +93,10 @@ def LossAndGrads(layer, inputs, seed=0, step=0):
       tape.watch(float_inputs)
       with context.Training(True), context.StepSeed(step):
         out = layer.FProp(inputs)
-      x = out.x if isinstance(out, dict) else out
+      if isinstance(out, dict):  # A state (x, prev, ...) between layers, or a network's outputs (features, ...).
+        x = out.x if 'x' in out else tf.concat([tf.reshape(t, [t.shape[0], -1]) for t in tf.nest.flatten(out)], 1)
+      else:
+        x = out
       target = tf.constant(np.random.RandomState(seed).normal(size=x.shape), x.dtype)
       loss = tf.reduce_sum(tf.square(x - target))
     grads = tape.gradient(loss, list(layer.trainable_variables) + float_inputs)

@@ -70,6 +70,9 @@ def test_schedules():
               [0, 9, 10, 60, 110, 500])
   assert c[0] == pytest.approx(0.1) and c[1] == pytest.approx(1.0) and c[2] == pytest.approx(1.0)
   assert c[3] == pytest.approx(0.55) and c[4] == pytest.approx(0.1) and c[5] == pytest.approx(0.1)
+  e = _Values(lr_schedule.ExponentialSchedule.Params().Set(warmup_steps=4, decay_steps=10, decay_rate=0.5,
+                                                            min_ratio=0.2), [0, 3, 4, 9, 10, 25, 1000])
+  assert e == pytest.approx([0.25, 1.0, 1.0, 1.0, 0.5, 0.25, 0.2])  # The reference AmoebaNet's, with a floor.
   pw = _Values(lr_schedule.PiecewiseConstant.Params().Set(boundaries=[10, 20], values=[1.0, 0.1, 0.01]),
                [0, 9, 10, 19, 20, 1000])
   assert pw == pytest.approx([1.0, 1.0, 0.1, 0.1, 0.01, 0.01])

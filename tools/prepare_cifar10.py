@@ -6,15 +6,14 @@ r"""Converts CIFAR-10 into TFRecord shards that Cifar10Input streams (data_forma
 Sources: the JPEG archive (a .tar.gz of <split>/<class name>/*.jpg, or that tree unpacked), the python release or
 the binary release. JPEGs are decoded with dct_method='INTEGER_ACCURATE' (bit-exact pixels). Each example stores
 the raw 32x32x3 uint8 pixels and the label; shards are written to a temporary folder and renamed when complete.
+An --out_dir holding anything but an earlier output of this tool is refused, and nothing in it is touched.
 """
 
 import argparse
 import os
 import re
-import shutil
 import sys
 import tarfile
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -22,9 +21,11 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+from lingpipe.runners import safe_write  # pylint: disable=g-import-not-at-top
 from lingpipe.tasks.image import input_generator  # pylint: disable=g-import-not-at-top
 
 CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')
+MARKER = 'PREPARED_BY_LINGPIPE'  # In every output folder: what may be replaced by a later run.
 _JPEG_PATH = re.compile(r'(?:^|/)(train|test)/([a-z]+)/[^/]+\.jpe?g$')
 
 
@@ -104,9 +105,10 @@ def _Example(image, label):
 
 
 def WriteShards(splits, out_dir, num_shards):
-  os.makedirs(os.path.dirname(os.path.abspath(out_dir)) or '.', exist_ok=True)
-  tmp = tempfile.mkdtemp(dir=os.path.dirname(os.path.abspath(out_dir)), prefix='.prepare-cifar10-')
-  try:
+  """Writes the shards into a temporary folder that takes the place of `out_dir` when complete; an `out_dir` that
+  holds anything but an earlier output of this tool is refused."""
+  safe_write.CheckOwnFolder(out_dir, MARKER, 'output of prepare_cifar10')
+  with safe_write.AtomicDirectory(out_dir, 'TFRecord folder') as tmp:
     for split, (images, labels) in splits.items():
       shards = num_shards if split == 'train' else max(1, num_shards // 5)
       for s in range(shards):
@@ -115,18 +117,15 @@ def WriteShards(splits, out_dir, num_shards):
           for i in range(s, len(images), shards):
             writer.write(_Example(images[i], labels[i]))
       print('%s: %d examples in %d shards' % (split, len(images), shards))
-    if os.path.exists(out_dir):
-      shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
-  finally:
-    if os.path.exists(tmp):
-      shutil.rmtree(tmp)
+    with open(os.path.join(tmp, MARKER), 'w', encoding='utf-8') as f:
+      f.write('CIFAR-10 TFRecords written by tools/prepare_cifar10.py.\n')
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--source', required=True, help='JPEG archive or tree, or a python/binary release folder.')
-  parser.add_argument('--out_dir', required=True, help='Folder for the TFRecord shards (replaced).')
+  parser.add_argument('--out_dir', required=True, help='Folder for the TFRecord shards (missing, empty, or an '
+                      'earlier output of this tool, which is replaced).')
   parser.add_argument('--num_shards', type=int, default=10, help='Shards of the train split (test gets 1/5).')
   args = parser.parse_args(argv)
   try:

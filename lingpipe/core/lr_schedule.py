@@ -85,6 +85,29 @@ class CosineSchedule(BaseSchedule):
     return tf.where(s < p.warmup_steps, warm, cosine)
 
 
+class ExponentialSchedule(BaseSchedule):
+  """decay_rate ** (step // decay_steps) (without the floor when not staircase), never below min_ratio, and a linear
+  warm-up to it over the first warmup_steps: the reference AmoebaNet's and Inception's schedule."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('warmup_steps', 0, 'Steps of linear warm-up.', check=param_checks.Int(0))
+    p.Define('decay_steps', 1000, 'Steps per decay.', check=param_checks.Int(1))
+    p.Define('decay_rate', 0.97, 'Multiplier per decay_steps.', check=param_checks.Float(0.0, 1.0, low_open=True))
+    p.Define('staircase', True, 'Decay in whole steps of decay_steps.')
+    p.Define('min_ratio', 0.0, 'Lowest multiplier.', check=param_checks.Float(0))
+    return p
+
+  def Value(self, step):
+    p = self.params
+    s = tf.cast(step, tf.float32)
+    warm = (s + 1.0) / p.warmup_steps if p.warmup_steps else tf.constant(1.0)
+    periods = s / p.decay_steps
+    decayed = tf.maximum(p.decay_rate ** (tf.floor(periods) if p.staircase else periods), p.min_ratio)
+    return tf.where(s < p.warmup_steps, warm, decayed)
+
+
 class PiecewiseConstant(BaseSchedule):
   """values[i] for boundaries[i-1] <= step < boundaries[i]."""
 

@@ -153,3 +153,20 @@ def AtomicDirectory(path, what='folder'):
   finally:
     if os.path.lexists(tmp):
       shutil.rmtree(tmp, ignore_errors=True)
+
+
+def CheckOwnFolder(path, marker, what):
+  """Raises a UserError unless `path` may be replaced by a tool's output: missing, empty, or holding `marker`
+  (a file the tool writes into every folder it makes). Nothing is ever deleted that the tool did not write."""
+  if not os.path.lexists(path):
+    return
+  if not os.path.isdir(path):
+    raise errors.FileSystemError('%s is a file; nothing was written. Give a missing or empty folder.' % path)
+  try:
+    entries = sorted(os.listdir(path))
+  except OSError as e:
+    raise errors.FileSystemError('Cannot read %s: %s.' % (path, e.strerror)) from e
+  if entries and marker not in entries:
+    raise errors.ConfigError('%s holds %d entr%s (%s), not an earlier %s; nothing was written or deleted. Give a '
+                             'missing or empty folder.' % (path, len(entries), 'y' if len(entries) == 1 else 'ies',
+                                                          ', '.join(entries[:5]), what))

@@ -8,6 +8,7 @@ from lingpipe.gpipe import pipelining_layer
 from lingpipe import keras as lingpipe_keras
 from lingpipe.layers import batch_norm
 from lingpipe.tasks.image import amoebanet
+from lingpipe.tasks.image import amoebanet_specs
 from lingpipe.tasks.image import classifier
 from lingpipe.tasks.image import input_generator
 from lingpipe.tasks.image import resnet
@@ -59,7 +60,8 @@ class ResNet(_Cifar10):
 
 
 class _AmoebaNetD(_Cifar10):
-  """AmoebaNet-D(NUM_CELLS, FILTERS) on CIFAR-10 under a PipeliningLayer (see tasks/image/amoebanet.py)."""
+  """AmoebaNet-D(NUM_CELLS, FILTERS) on CIFAR-10 under a PipeliningLayer, with the reference's CIFAR stem (see
+  tasks/image/amoebanet.py); its drop-path, auxiliary head and dense dropout are off: the runs here are short."""
 
   NUM_CELLS, FILTERS = 6, 32
   NUM_SPLITS, NUM_MICRO_BATCHES, REMAT = 2, 8, 'always'
@@ -72,18 +74,20 @@ class _AmoebaNetD(_Cifar10):
 
   @classmethod
   def ParamCount(cls):
-    return amoebanet.ParamCount(cls.NUM_CELLS, cls.FILTERS, input_generator.NUM_CLASSES)
+    """Trainable parameters by the reference's structure (amoebanet_specs.ParamCount), without auxiliary head."""
+    return amoebanet_specs.ParamCount('D', cls.NUM_CELLS, cls.FILTERS, input_generator.NUM_CLASSES, 'cifar',
+                                      input_generator.IMAGE_SIZE, aux_head=False)
 
 
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetD(_AmoebaNetD):
-  """AmoebaNet-D(6, 32), 0.67M parameters: trains on this CPU with K=2 cells on logical devices, M=8."""
+  """AmoebaNet-D(6, 32), 0.68M parameters: trains on this CPU with K=2 cells on logical devices, M=8."""
 
 
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetD_18_256(_AmoebaNetD):  # pylint: disable=invalid-name
-  """The paper's AmoebaNet-D(18, 256) size on CIFAR-10: 117.6M parameters, K=4, computing in bfloat16 on float32
-  weights as the paper's TPUs did. Too big to train here."""
+  """AmoebaNet-D(18, 256) on CIFAR-10: 118.6M parameters, K=4, computing in bfloat16 on float32 weights as the
+  paper's TPUs did. Too big to train here."""
 
   NUM_CELLS, FILTERS, NUM_SPLITS = 18, 256, 4
   ONE_STEP_TEST = 'skip'  # One step takes ~2 minutes here.
@@ -94,8 +98,8 @@ class AmoebaNetD_18_256(_AmoebaNetD):  # pylint: disable=invalid-name
 
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetD_18_512(_AmoebaNetD):  # pylint: disable=invalid-name
-  """AmoebaNet-D(18, 512) on CIFAR-10, the size of the paper's AmoebaNet-B(18, 512) (557M with the B genotype at
-  ImageNet resolution): 469.8M parameters, K=8. Builds; far too big to train on this machine."""
+  """AmoebaNet-D(18, 512) on CIFAR-10: 474.0M parameters, K=8 (the paper's AmoebaNet-B(18, 512) at ImageNet
+  resolution is image.imagenet.AmoebaNetB_18_512). Builds; far too big to train on this machine."""
 
   NUM_CELLS, FILTERS, NUM_SPLITS = 18, 512, 8
   ONE_STEP_TEST = 'skip'

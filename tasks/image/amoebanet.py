@@ -1,13 +1,13 @@
-"""AmoebaNet-D (Real et al. 2019) as a flat sequence of layers, for CIFAR-size images.
+"""AmoebaNet-B and -D (Real et al. 2019) as a flat sequence of layers, built as TensorFlow's reference does.
 
 Every cell reads the two previous cells' outputs, so the state between layers is NestedMap(x=latest, prev=the one
-before), and a PipeliningLayer can cut the sequence anywhere: both fields travel between pipeline cells.
+before), and a PipeliningLayer can cut the sequence anywhere: both fields travel between pipeline cells (and the
+auxiliary head's logits, once computed, travel with them to the end).
 
-The genotype is the one the GPipe paper and torchgpipe use (TensorFlow's reference AmoebaNet-D, whose normal
-cell concatenates states [0, 3, 4, 6]; with it the paper's parameter counts are reproduced). AmoebaNet-D(L, D)
-has L normal cells in total, L/3 per stack at resolutions 32, 16 and 8, two reduction cells between the stacks,
-and D filters in the first stack (doubled by each reduction). For 32x32 inputs the stem is one 3x3 convolution
-to D channels (ImageNet's strided stem and stem reduction cells are left out).
+AmoebaNet(L, F) has L normal cells, L/3 per stack, two reduction cells between the stacks, and F filters in the
+first stack (doubled by each reduction). The ImageNet stem is a stride-2 3x3 convolution to 32 filters and two
+reduction cells at F/4 and F/2 filters; the CIFAR stem one 3x3 convolution to 3F. The genotypes and the
+reference's parameter count are in amoebanet_specs.py, the operations and drop-path in amoebanet_ops.py.
 """
 
 import tensorflow as tf
@@ -17,136 +17,66 @@ from lingpipe.core import errors
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.layers import batch_norm
 from lingpipe.layers import conv
-from lingpipe.layers import pooling
-from lingpipe.layers import sequential
+from lingpipe.layers import dropout
+from lingpipe.layers import linear
+from lingpipe.tasks.image import amoebanet_ops as ops
+from lingpipe.tasks.image import amoebanet_specs as specs
 from lingpipe.tasks.image.conv_bn import ConvBn
 
-# (input state index, operation) pairs; each two consecutive ops make one new state (their sum).
-NORMAL_OPERATIONS = [(1, 'conv_1x1'), (1, 'max_pool_3x3'), (1, 'none'), (0, 'conv_1x7_7x1'), (0, 'conv_1x1'),
-                     (0, 'conv_1x7_7x1'), (2, 'max_pool_3x3'), (2, 'none'), (1, 'avg_pool_3x3'), (5, 'conv_1x1')]
-NORMAL_CONCAT = [0, 3, 4, 6]
-REDUCTION_OPERATIONS = [(0, 'max_pool_2x2'), (0, 'max_pool_3x3'), (2, 'none'), (1, 'conv_3x3'),
-                        (2, 'conv_1x7_7x1'), (2, 'max_pool_3x3'), (3, 'none'), (1, 'max_pool_2x2'),
-                        (2, 'avg_pool_3x3'), (3, 'conv_1x1')]
-REDUCTION_CONCAT = [4, 5, 6]
-OPERATIONS = ('none', 'avg_pool_3x3', 'max_pool_3x3', 'max_pool_2x2', 'conv_1x1', 'conv_3x3', 'conv_1x7_7x1')
 
-
-def ReluConvBn(filter_shape, filter_stride=(1, 1), bn_tpl=None):
-  """Params of relu -> conv (no bias) -> batch norm, AmoebaNet's building block."""
-  return ConvBn.Params().Set(filter_shape=filter_shape, filter_stride=filter_stride, relu='before',
-                             bn_tpl=bn_tpl or batch_norm.BatchNormLayer.Params())
-
-
-class FactorizedReduce(base_layer.BaseLayer):
-  """relu, then two strided 1x1 convolutions, one on the image shifted by a pixel, concatenated; batch norm."""
-
-  @classmethod
-  def Params(cls):
-    p = super().Params()
-    p.Define('input_dim', 0, 'Input channels.')
-    p.Define('output_dim', 0, 'Output channels (even).')
-    p.Define('bn_tpl', batch_norm.BatchNormLayer.Params(), 'Batch norm template (dim is set here).')
-    return p
-
-  def __init__(self, params):
-    super().__init__(params)
-    p = self.params
-    if p.output_dim % 2:
-      raise errors.ConfigError('Layer %s: output_dim must be even, got %d.' % (self.path, p.output_dim))
-    half = conv.Conv2DLayer.Params().Set(filter_shape=(1, 1, p.input_dim, p.output_dim // 2), filter_stride=(2, 2))
-    self.CreateChild('conv1', half)
-    self.CreateChild('conv2', half)
-    self.CreateChild('bn', p.bn_tpl.Copy().Set(dim=p.output_dim))
-
-  def FProp(self, inputs):
-    x = tf.nn.relu(inputs)
-    # tf.slice, not x[:, 1:, 1:]: on CPU the strided slice's gradient kernel took 11% of the op time of half an
-    # AmoebaNet-D's forward and backward (profiled); the slice's gradient is a pad, and the step is 7% faster.
-    shifted = tf.pad(tf.slice(x, [0, 1, 1, 0], [-1, -1, -1, -1]), [[0, 0], [0, 1], [0, 1], [0, 0]])
-    return self.bn.FProp(tf.concat([self.conv1.FProp(x), self.conv2.FProp(shifted)], axis=-1))
-
-  @classmethod
-  def FPropMeta(cls, params, input_shape):
-    n, h, w, _ = tf.TensorShape(input_shape).as_list()
-    out = [n, -(-h // 2) if h else None, -(-w // 2) if w else None, params.output_dim]
-    return base_layer.Meta(out, 2 * (n or 0) * (out[1] or 0) * (out[2] or 0) * params.input_dim *
-                           params.output_dim)
-
-
-def OperationParams(name, channels, stride, bn_tpl=None):
-  """Layer Params of one genotype operation on `channels` channels (None for the identity)."""
-  c = channels
-  bn_tpl = bn_tpl or batch_norm.BatchNormLayer.Params()
-
-  def Rcb(kh, kw, cin, cout, sh=1, sw=1):
-    return ReluConvBn((kh, kw, cin, cout), (sh, sw), bn_tpl)
-
-  def Pool(kind, window):
-    return pooling.Pooling2DLayer.Params().Set(window_shape=(window, window), window_stride=(stride, stride),
-                                               padding='SAME', pooling_type=kind)
-
-  def Seq(*subs):
-    return sequential.SequentialLayer.Params().Set(sub=list(subs))
-
-  if name == 'none':
-    return None if stride == 1 else FactorizedReduce.Params().Set(input_dim=c, output_dim=c, bn_tpl=bn_tpl)
-  if name == 'avg_pool_3x3':
-    return Pool('AVG', 3)
-  if name == 'max_pool_3x3':
-    return Pool('MAX', 3)
-  if name == 'max_pool_2x2':
-    return Pool('MAX', 2)
-  if name == 'conv_1x1':
-    return Seq(Rcb(1, 1, c, c, stride, stride))
-  if name == 'conv_3x3':
-    return Seq(Rcb(1, 1, c, c // 4), Rcb(3, 3, c // 4, c // 4, stride, stride), Rcb(1, 1, c // 4, c))
-  if name == 'conv_1x7_7x1':
-    return Seq(Rcb(1, 1, c, c // 4), Rcb(1, 7, c // 4, c // 4, 1, stride), Rcb(7, 1, c // 4, c // 4, stride, 1),
-               Rcb(1, 1, c // 4, c))
-  raise errors.ConfigError('Unknown AmoebaNet operation %r; expected one of %s.%s' % (
-      name, ', '.join(OPERATIONS), errors.DidYouMean(name, OPERATIONS)))
+def _Passed(inputs, **fields):
+  """`inputs` (a NestedMap of x, prev and what travels with them) with `fields` replaced."""
+  out = NestedMap(inputs)
+  out.update(fields)
+  return out
 
 
 class AmoebaCell(base_layer.BaseLayer):
-  """One normal or reduction cell: NestedMap(x, prev) -> NestedMap(x=concat of chosen states, prev=x)."""
+  """One normal or reduction cell: NestedMap(x, prev, ...) -> NestedMap(x=concat of the unused states, prev=x,
+  ...)."""
 
   @classmethod
   def Params(cls):
     p = super().Params()
+    p.Define('genotype', 'D', 'The genotype: one of %s (amoebanet_specs.GENOTYPES).' % ', '.join(specs.GENOTYPES))
     p.Define('channels_prev_prev', 0, 'Channels of inputs.prev.')
     p.Define('channels_prev', 0, 'Channels of inputs.x.')
     p.Define('channels', 0, 'Channels of every operation (the cell outputs channels * len(concat)).')
     p.Define('reduction', False, 'A reduction cell: ops on the inputs have stride 2.')
-    p.Define('reduction_prev', False, 'The previous cell was a reduction cell (inputs.prev is twice as large).')
+    p.Define('reduction_prev', False, 'inputs.prev is twice as large as inputs.x (a factorized reduction).')
+    p.Define('first', False, 'The first cell after a stem convolution: the reference gives it no previous layer, '
+             'so inputs.prev (the stem\'s output, as inputs.x) is used as it is.')
     p.Define('bn_tpl', batch_norm.BatchNormLayer.Params(), 'Template of every batch norm in the cell.')
+    p.Define('drop_path_tpl', None, 'amoebanet_ops.DropPath Params ending every operation but the identity, or None.')
     return p
-
-  @staticmethod
-  def Genotype(reduction):
-    return (REDUCTION_OPERATIONS, REDUCTION_CONCAT) if reduction else (NORMAL_OPERATIONS, NORMAL_CONCAT)
 
   def __init__(self, params):
     super().__init__(params)
     p = self.params
+    if p.genotype not in specs.GENOTYPES:
+      raise errors.ConfigError('Layer %s: unknown AmoebaNet genotype %r; expected one of %s.%s' % (
+          self.path, p.genotype, ', '.join(specs.GENOTYPES), errors.DidYouMean(str(p.genotype), specs.GENOTYPES)))
     c = p.channels
-    self.CreateChild('reduce1', ReluConvBn((1, 1, p.channels_prev, c), bn_tpl=p.bn_tpl))
-    if p.reduction_prev:
-      self.CreateChild('reduce2', FactorizedReduce.Params().Set(input_dim=p.channels_prev_prev, output_dim=c,
-                                                                bn_tpl=p.bn_tpl))
-    elif p.channels_prev_prev != c:
-      self.CreateChild('reduce2', ReluConvBn((1, 1, p.channels_prev_prev, c), bn_tpl=p.bn_tpl))
-    operations, _ = self.Genotype(p.reduction)
-    ops = []
+    self.CreateChild('reduce1', ops.ReluConvBn((1, 1, p.channels_prev, c), bn_tpl=p.bn_tpl))
+    if not p.first and p.reduction_prev:
+      self.CreateChild('reduce2', ops.FactorizedReduce.Params().Set(input_dim=p.channels_prev_prev, output_dim=c,
+                                                                    bn_tpl=p.bn_tpl))
+    elif not p.first and p.channels_prev_prev != c:
+      self.CreateChild('reduce2', ops.ReluConvBn((1, 1, p.channels_prev_prev, c), bn_tpl=p.bn_tpl))
+    spec = specs.Cell(p.genotype, p.reduction)
+    channels = [c, p.channels_prev_prev if p.first else c]
+    if [s for s in spec.concat if s < 2 and (p.reduction or channels[s] != c)]:
+      raise errors.ConfigError('Layer %s: genotype %s concatenates an input state that would need reducing first; '
+                               'only the B and D genotypes are built.' % (self.path, p.genotype))
+    channels += [c] * (len(spec.operations) // 2)  # The new states.
     identity = []
-    for index, name in operations:
-      op = OperationParams(name, c, 2 if p.reduction and index < 2 else 1, p.bn_tpl)
+    for i, (name, state) in enumerate(zip(spec.operations, spec.inputs)):
+      op = ops.OperationParams(name, channels[state], c, 2 if p.reduction and state < 2 else 1, p.bn_tpl,
+                               p.drop_path_tpl)
       identity.append(op is None)
-      ops.append(op)
-    object.__setattr__(self, '_identity', identity)  # Plain state, not tracked by tf.Module.
-    for i, op in enumerate(ops):
       if op is not None:
         self.CreateChild('op%d' % i, op)
+    object.__setattr__(self, '_identity', identity)  # Plain state, not tracked by tf.Module.
 
   def FProp(self, inputs):
     p = self.params
@@ -155,48 +85,55 @@ class AmoebaCell(base_layer.BaseLayer):
           self.path, type(inputs).__name__))
     self.CheckInputShape(inputs['x'], rank=4, last_dim=p.channels_prev, arg='inputs.x')
     self.CheckInputShape(inputs['prev'], rank=4, last_dim=p.channels_prev_prev, arg='inputs.prev')
-    s1 = self.reduce1.FProp(inputs['x'])
-    s2 = self.reduce2.FProp(inputs['prev']) if 'reduce2' in self.children else inputs['prev']
-    states = [s1, s2]
-    operations, concat = self.Genotype(p.reduction)
-    for i in range(0, len(operations), 2):
+    states = [self.reduce1.FProp(inputs['x']),
+              self.reduce2.FProp(inputs['prev']) if 'reduce2' in self.children else inputs['prev']]
+    spec = specs.Cell(p.genotype, p.reduction)
+    for i in range(0, len(spec.operations), 2):
       pair = []
       for j in (i, i + 1):
-        h = states[operations[j][0]]
+        h = states[spec.inputs[j]]
         pair.append(h if self._identity[j] else getattr(self, 'op%d' % j).FProp(h))
       states.append(pair[0] + pair[1])
-    return NestedMap(x=tf.concat([states[i] for i in concat], axis=-1), prev=inputs['x'])
+    return _Passed(inputs, x=tf.concat([states[i] for i in spec.concat], axis=-1), prev=inputs['x'])
 
   @classmethod
   def FPropMeta(cls, params, shapes):
     x = tf.TensorShape(shapes['x'])
     n, h, w, _ = x.as_list()
     c = params.channels
-    operations, concat = cls.Genotype(params.reduction)
+    spec = specs.Cell(params.genotype, params.reduction)
     flops = 2 * (n or 0) * (h or 0) * (w or 0) * (params.channels_prev + params.channels_prev_prev) * c
-    in_shape = tf.TensorShape([n, h, w, c])
-    for index, name in operations:
-      op = OperationParams(name, c, 2 if params.reduction and index < 2 else 1)
+    channels = [c, params.channels_prev_prev if params.first else c] + [c] * (len(spec.operations) // 2)
+    for name, state in zip(spec.operations, spec.inputs):
+      op = ops.OperationParams(name, channels[state], c, 2 if params.reduction and state < 2 else 1)
       if op is not None:
-        flops += op.cls.FPropMeta(op, in_shape).flops
+        flops += op.cls.FPropMeta(op, tf.TensorShape([n, h, w, channels[state]])).flops
     scale = 2 if params.reduction else 1
-    out = [n, -(-h // scale) if h else None, -(-w // scale) if w else None, c * len(concat)]
-    return base_layer.Meta(NestedMap(x=tf.TensorShape(out), prev=x), flops)
+    out = [n, -(-h // scale) if h else None, -(-w // scale) if w else None, c * len(spec.concat)]
+    return base_layer.Meta(_Passed(NestedMap(shapes), x=tf.TensorShape(out), prev=x), flops)
 
 
 class Stem(base_layer.BaseLayer):
-  """3x3 convolution to `channels` and batch norm; outputs NestedMap(x=s, prev=s) for the first cell."""
+  """A 3x3 convolution and batch norm: NestedMap(x=s, prev=s) for the first cell. The reference's ImageNet stem
+  convolution has stride 2 and VALID padding; its CIFAR stem's, stride 1 and SAME."""
 
   @classmethod
   def Params(cls):
     p = super().Params()
     p.Define('channels', 0, 'Output channels.')
+    p.Define('imagenet', False, 'Stride 2, VALID padding (ImageNet), else stride 1, SAME (CIFAR).')
     p.Define('bn_tpl', batch_norm.BatchNormLayer.Params(), 'Batch norm template (dim is set here).')
     return p
 
+  @classmethod
+  def _Conv(cls, params):
+    stride = 2 if params.imagenet else 1
+    return conv.Conv2DLayer.Params().Set(filter_shape=(3, 3, 3, params.channels), filter_stride=(stride, stride),
+                                         padding='VALID' if params.imagenet else 'SAME')
+
   def __init__(self, params):
     super().__init__(params)
-    self.CreateChild('conv', conv.Conv2DLayer.Params().Set(filter_shape=(3, 3, 3, self.params.channels)))
+    self.CreateChild('conv', self._Conv(self.params))
     self.CreateChild('bn', self.params.bn_tpl.Copy().Set(dim=self.params.channels))
 
   def FProp(self, images):
@@ -205,26 +142,90 @@ class Stem(base_layer.BaseLayer):
 
   @classmethod
   def FPropMeta(cls, params, input_shape):
-    meta = conv.Conv2DLayer.FPropMeta(conv.Conv2DLayer.Params().Set(filter_shape=(3, 3, 3, params.channels)),
-                                      input_shape)
+    meta = conv.Conv2DLayer.FPropMeta(cls._Conv(params), input_shape)
     return base_layer.Meta(NestedMap(x=meta.out_shapes[0], prev=meta.out_shapes[0]), meta.flops)
 
 
-class Head(base_layer.BaseLayer):
-  """relu and global average pooling of the last cell's output: NestedMap(x, prev) -> [batch, channels]."""
+class AuxHead(base_layer.BaseLayer):
+  """The auxiliary classifier on relu(inputs.x): 5x5 average pool (stride 3), 1x1 convolution, a convolution over
+  what is left of the image, a linear layer; adds aux_logits to what travels between layers."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('input_dim', 0, 'Channels of inputs.x.')
+    p.Define('input_size', 0, 'Height and width of inputs.x.')
+    p.Define('num_classes', 0, 'Classes of the logits.')
+    p.Define('bn_tpl', batch_norm.BatchNormLayer.Params(), 'Batch norm template (dim is set here).')
+    return p
+
+  @classmethod
+  def _Sizes(cls, params):
+    return int(128 * specs.AUX_SCALING), int(768 * specs.AUX_SCALING), specs.AuxKernel(params.input_size)
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    narrow, wide, k = self._Sizes(p)
+    if k < 1:
+      raise errors.ConfigError('Layer %s: the auxiliary head needs a feature map of at least 5x5, and the image '
+                               'size leaves %dx%d here. Use larger images or no auxiliary head.' % (
+                                   self.path, p.input_size, p.input_size))
+    self.CreateChild('proj', ConvBn.Params().Set(filter_shape=(1, 1, p.input_dim, narrow), relu='after',
+                                                 bn_tpl=p.bn_tpl))
+    self.CreateChild('conv', ConvBn.Params().Set(filter_shape=(k, k, narrow, wide), relu='after', padding='VALID',
+                                                 bn_tpl=p.bn_tpl))
+    self.CreateChild('logits', linear.ProjectionLayer.Params().Set(input_dim=wide, output_dim=p.num_classes))
 
   def FProp(self, inputs):
-    return tf.reduce_mean(tf.nn.relu(inputs['x']), axis=[1, 2])
+    x = tf.nn.avg_pool2d(tf.nn.relu(inputs['x']), 5, 3, 'VALID')
+    x = self.conv.FProp(self.proj.FProp(x))
+    return _Passed(inputs, aux_logits=self.logits.FProp(tf.reshape(x, [-1, x.shape[-1]])))
+
+  @classmethod
+  def FPropMeta(cls, params, shapes):
+    n = tf.TensorShape(shapes['x'])[0]
+    narrow, wide, k = cls._Sizes(params)
+    flops = 2 * (n or 0) * (k * k * params.input_dim * narrow + k * k * narrow * wide + wide * params.num_classes)
+    return base_layer.Meta(_Passed(NestedMap(shapes), aux_logits=tf.TensorShape([n, params.num_classes])), flops)
+
+
+class Head(base_layer.BaseLayer):
+  """relu, global average pooling and dropout of the last cell's output: NestedMap(x, prev) -> [batch, channels],
+  or NestedMap(features, aux_logits) where an auxiliary head ran."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('keep_prob', 1.0, 'Dropout keep probability of the pooled features (the reference trains with 0.5).')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateChild('dropout', dropout.DropoutLayer.Params().Set(keep_prob=self.params.keep_prob,
+                                                                  deterministic=True))
+
+  def FProp(self, inputs):
+    features = self.dropout.FProp(tf.reduce_mean(tf.nn.relu(inputs['x']), axis=[1, 2]))
+    if 'aux_logits' in inputs:
+      return NestedMap(features=features, aux_logits=inputs['aux_logits'])
+    return features
 
   @classmethod
   def FPropMeta(cls, params, shapes):
     x = tf.TensorShape(shapes['x'])
-    return base_layer.Meta([x[0], x[3]], 2 * (x.num_elements() or 0))
+    features = tf.TensorShape([x[0], x[3]])
+    out = NestedMap(features=features, aux_logits=shapes['aux_logits']) if 'aux_logits' in shapes else features
+    return base_layer.Meta(out, 2 * (x.num_elements() or 0))
 
 
-def AmoebaNetLayers(num_cells, filters, bn_tpl=None):
-  """(layer Params list, output feature depth) of AmoebaNet-D(num_cells, filters); see the module docstring.
+def AmoebaNetLayers(num_cells, filters, bn_tpl=None, genotype='D', stem='cifar', image_size=32, num_classes=0,
+                    drop_path_keep_prob=1.0, drop_path_burn_in_steps=0, dense_dropout_keep_prob=1.0):
+  """(layer Params list, output feature depth) of AmoebaNet(num_cells, filters) with `genotype` and `stem` (one of
+  amoebanet_specs.STEMS) for `image_size` images; see the module docstring.
 
+  num_classes: > 0 adds the reference's auxiliary head (after the last normal cell of the second stack) with
+    that many classes; its logits come out beside the features.
   bn_tpl (BatchNormLayer Params) configures every batch norm (decay, epsilon, frozen statistics).
   """
   bn_tpl = bn_tpl or batch_norm.BatchNormLayer.Params()
@@ -234,62 +235,43 @@ def AmoebaNetLayers(num_cells, filters, bn_tpl=None):
   if filters % 8:
     raise errors.ConfigError('AmoebaNet filters must be a multiple of 8 (ops use filters/4 channels, reductions '
                              'double them), got %d.' % filters)
-  layers = [Stem.Params().Set(channels=filters, bn_tpl=bn_tpl)]
-  channels_prev_prev = channels_prev = channels = filters
-  reduction_prev = False
-  for stack in range(3):
-    if stack:
-      channels *= 2
-      layers.append(AmoebaCell.Params().Set(channels_prev_prev=channels_prev_prev, channels_prev=channels_prev,
-                                            channels=channels, reduction=True, reduction_prev=reduction_prev,
-                                            bn_tpl=bn_tpl))
-      channels_prev_prev, channels_prev, reduction_prev = channels_prev, channels * len(REDUCTION_CONCAT), True
-    for _ in range(num_cells // 3):
-      layers.append(AmoebaCell.Params().Set(channels_prev_prev=channels_prev_prev, channels_prev=channels_prev,
-                                            channels=channels, reduction=False, reduction_prev=reduction_prev,
-                                            bn_tpl=bn_tpl))
-      channels_prev_prev, channels_prev, reduction_prev = channels_prev, channels * len(NORMAL_CONCAT), False
-  layers.append(Head.Params())
-  return layers, channels_prev
+  if stem not in specs.STEMS:
+    raise errors.ConfigError('AmoebaNet stem must be one of %s, got %r.%s' % (
+        ', '.join(specs.STEMS), stem, errors.DidYouMean(str(stem), specs.STEMS)))
+  drop_path = ops.DropPath.Params().Set(keep_prob=drop_path_keep_prob, burn_in_steps=drop_path_burn_in_steps)
 
+  def Cell(reduction, c_pp, c_p, c, reduction_prev, first):
+    return AmoebaCell.Params().Set(genotype=genotype, channels_prev_prev=c_pp, channels_prev=c_p, channels=c,
+                                   reduction=reduction, reduction_prev=reduction_prev, first=first, bn_tpl=bn_tpl,
+                                   drop_path_tpl=drop_path)
 
-def ParamCount(num_cells, filters, num_classes):
-  """Trainable parameters of AmoebaNet-D(num_cells, filters) with a num_classes softmax, in closed form.
-
-  Convolutions have no bias; each batch norm has a scale and an offset per channel. Independent of the layer
-  code, so tests can check the built model against it.
-  """
-  def Rcb(k, cin, cout):
-    return k * cin * cout + 2 * cout
-
-  def Reduce(cin, cout):
-    return cin * cout + 2 * cout
-
-  def Op(name, c, stride):
-    q = c // 4
-    return {'none': Reduce(c, c) if stride == 2 else 0, 'avg_pool_3x3': 0, 'max_pool_3x3': 0, 'max_pool_2x2': 0,
-            'conv_1x1': Rcb(1, c, c), 'conv_3x3': Rcb(1, c, q) + Rcb(9, q, q) + Rcb(1, q, c),
-            'conv_1x7_7x1': Rcb(1, c, q) + 2 * Rcb(7, q, q) + Rcb(1, q, c)}[name]
-
-  def Cell(c_pp, c_p, c, reduction, reduction_prev):
-    operations, concat = AmoebaCell.Genotype(reduction)
-    total = Rcb(1, c_p, c)
-    if reduction_prev:
-      total += Reduce(c_pp, c)
-    elif c_pp != c:
-      total += Rcb(1, c_pp, c)
-    total += sum(Op(name, c, 2 if reduction and index < 2 else 1) for index, name in operations)
-    return total, c * len(concat)
-
-  total = 27 * filters + 2 * filters
-  c_pp = c_p = c = filters
-  reduction_prev = False
-  for stack in range(3):
-    if stack:
+  spec_normal, spec_reduction = specs.GENOTYPES[genotype] if genotype in specs.GENOTYPES else (None, None)
+  if spec_normal is None:
+    raise errors.ConfigError('Unknown AmoebaNet genotype %r; expected one of %s.%s' % (
+        genotype, ', '.join(specs.GENOTYPES), errors.DidYouMean(str(genotype), specs.GENOTYPES)))
+  normal_out, reduction_out = len(spec_normal.concat), len(spec_reduction.concat)
+  if stem == 'imagenet':
+    stem_filters = specs.IMAGENET_STEM_FILTERS
+    layers = [Stem.Params().Set(channels=stem_filters, imagenet=True, bn_tpl=bn_tpl),
+              Cell(True, stem_filters, stem_filters, filters // 4, False, True),
+              Cell(True, stem_filters, reduction_out * (filters // 4), filters // 2, True, False)]
+    c_pp, c_p, reduction_prev, first = reduction_out * (filters // 4), reduction_out * (filters // 2), True, False
+    size = specs.ImagenetSizes(image_size)[2]
+  else:
+    stem_filters = int(filters * specs.CIFAR_STEM_MULTIPLIER)
+    layers = [Stem.Params().Set(channels=stem_filters, bn_tpl=bn_tpl)]
+    c_pp = c_p = stem_filters
+    reduction_prev, first, size = False, True, image_size
+  c = filters
+  reductions = specs.ReductionIndices(num_cells)
+  for n in range(num_cells):
+    if n in reductions:
       c *= 2
-      params, out = Cell(c_pp, c_p, c, True, reduction_prev)
-      total, c_pp, c_p, reduction_prev = total + params, c_p, out, True
-    for _ in range(num_cells // 3):
-      params, out = Cell(c_pp, c_p, c, False, reduction_prev)
-      total, c_pp, c_p, reduction_prev = total + params, c_p, out, False
-  return total + c_p * num_classes + num_classes
+      layers.append(Cell(True, c_pp, c_p, c, reduction_prev, first))
+      c_pp, c_p, reduction_prev, first, size = c_p, c * reduction_out, True, False, -(-size // 2)
+    layers.append(Cell(False, c_pp, c_p, c, reduction_prev, first))
+    c_pp, c_p, reduction_prev, first = c_p, c * normal_out, False, False
+    if num_classes > 0 and n == reductions[1] - 1:
+      layers.append(AuxHead.Params().Set(input_dim=c_p, input_size=size, num_classes=num_classes, bn_tpl=bn_tpl))
+  layers.append(Head.Params().Set(keep_prob=dense_dropout_keep_prob))
+  return layers, c_p

@@ -5,8 +5,9 @@ Formats (`data_format`, or 'auto' to detect from the files in `data_dir`):
   - 'pickle':   the "CIFAR-10 python version" (cifar-10-batches-py: data_batch_1..5, test_batch);
   - 'binary':   the "CIFAR-10 binary version" (cifar-10-batches-bin: data_batch_1..5.bin, test_batch.bin);
   - 'tfrecord': <data_dir>/<split>-*.tfrecord written by tools/prepare_cifar10.py (e.g. from the JPEG archive).
-Training augmentation as in the GPipe paper's CIFAR set-up: random crop of the image padded by 4, horizontal flip,
-cutout; then per-channel normalization. Deterministic for a given seed.
+Training augmentation for training from scratch at 32 x 32 (the common CIFAR recipe; the GPipe paper fine-tuned
+ImageNet models at 480 x 480 instead): random crop of the image padded by 4, horizontal flip, cutout; then
+per-channel normalization. Deterministic for a given seed.
 """
 
 import glob
