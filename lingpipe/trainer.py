@@ -14,7 +14,6 @@ Errors in what the user gave (unknown model, bad override, unusable checkpoint, 
 exit with status 1; --verbose adds the traceback and TensorFlow's own log lines.
 """
 
-import sys
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
@@ -192,7 +191,7 @@ def main(argv):
 def Main():
   """Console-script entry point."""
   binary.StartProcess(__doc__, __name__)
-  app.run(lambda argv: sys.exit(main(argv)))
+  app.run(lambda argv: binary.Exit(main(argv)))
 
 
 if __name__ == '__main__':

@@ -128,11 +128,11 @@ class AmoebaNetD_72_512(_TableOne):  # pylint: disable=invalid-name
 
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetD_Small(_AmoebaNet):  # pylint: disable=invalid-name
-  """AmoebaNet-D(6, 32) at 96 x 96 with the reference's ImageNet stem, auxiliary head and set-up, K=2, M=4: trains
+  """AmoebaNet-D(3, 16) at 96 x 96 with the reference's ImageNet stem, auxiliary head and set-up, K=2, M=4: trains
   on this machine on a small ImageNet-format set (e.g. the bundled CIFAR-10 sample as class folders of JPEGs:
-  tools/prepare_imagenet.py --cifar10_sample_tree)."""
+  tools/prepare_imagenet.py --write_sample_tree)."""
 
-  NUM_CELLS, FILTERS, IMAGE_SIZE, NUM_CLASSES, BATCH_SIZE = 6, 32, 96, 10, 32
+  NUM_CELLS, FILTERS, IMAGE_SIZE, NUM_CLASSES, BATCH_SIZE = 3, 16, 96, 10, 32
   NUM_SPLITS, NUM_MICRO_BATCHES, NUM_EPOCHS, WARMUP_EPOCHS = 2, 4, 1, 0.1
 
   def StepsPerEpoch(self):
