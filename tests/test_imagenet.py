@@ -12,7 +12,6 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.tasks.image import imagenet_input
-import trainer_test_util
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, 'tools', 'prepare_imagenet.py')
@@ -113,10 +112,3 @@ def test_an_imagenet_format_amoebanet_trains_evaluates_and_exports_through_the_b
   probs = serve.signatures['serving_default'](images=tf.zeros([2, 96, 96, 3], tf.uint8))['probs'].numpy()
   assert probs.shape == (2, 10)
   np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
-
-
-def test_the_papers_amoebanet_b_is_inspected_with_its_size_and_a_memory_plan(capsys):
-  code, out, err = trainer_test_util.RunTrainer(capsys, '--model=image.imagenet.AmoebaNetB_18_512', '--mode=inspect')
-  assert code == 0, err
-  assert '559072194 trainable parameters' in out  # 557M without the auxiliary head, as in the paper.
-  assert '# Memory planner' in out and 'AmoebaCell' in out
