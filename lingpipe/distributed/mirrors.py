@@ -99,7 +99,7 @@ class Mirrors:
           total = tf.raw_ops.CollectiveReduceV2(
               input=flat, group_size=self.num_replicas, group_key=group_key, instance_key=instance_key,
               ordering_token=[self._tokens[device].handle], merge_op='Add', final_op='Id',
-              communication_hint='nccl' if '/device:GPU:' in device.upper() else 'ring')
+              communication_hint='nccl' if '/DEVICE:GPU:' in device.upper() else 'ring')
           sizes = [self.variables[r][i].shape.num_elements() for i in indices]
           for i, part in zip(indices, tf.split(total, sizes) if len(indices) > 1 else [total]):
             summed[r][i] = tf.reshape(part, self.variables[r][i].shape)
