@@ -112,3 +112,16 @@ def test_an_imagenet_format_amoebanet_trains_evaluates_and_exports_through_the_b
   probs = serve.signatures['serving_default'](images=tf.zeros([2, 96, 96, 3], tf.uint8))['probs'].numpy()
   assert probs.shape == (2, 10)
   np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+  # Transfer, as the paper did from ImageNet to CIFAR-10: the pre-trained network into CIFAR-10 images resized
+  # to its 96 x 96, the softmax and the auxiliary head's last layer fresh.
+  tuned = subprocess.run([sys.executable, '-m', 'lingpipe.trainer', '--model=image.cifar10.AmoebaNetD_Small_Transfer',
+                          '--logdir=' + str(tmp_path / 'tuned'), '--max_steps=2',
+                          "--model_params_override=task.train.init_from_checkpoint='%s';task.network.num_splits=1;"
+                          "task.network.num_micro_batches=1" % os.path.join(logdir, 'train', 'ckpt-4')],
+                         capture_output=True, text=True, timeout=600)
+  assert tuned.returncode == 0, tuned.stderr[-3000:]
+  line = [l for l in tuned.stdout.splitlines() if l.startswith('Initialized ')][0]
+  assert '(model image.imagenet.AmoebaNetD_Small)' in line and 'step 2/2' in tuned.stdout
+  fresh = line.split('fresh: ')[1].rstrip('.').split(', ')
+  assert sorted(name.split('/')[0] + '/' + name.split('/')[-1] for name in fresh) == [
+      'network/b', 'network/w', 'softmax/b', 'softmax/w'], fresh

@@ -13,6 +13,7 @@ from lingpipe.tasks.image import classifier
 from lingpipe.tasks.image import input_generator
 from lingpipe.tasks.image import resnet
 from lingpipe.tasks.keras import models as keras_models
+from lingpipe.params.image import imagenet
 
 
 class _Cifar10(base_model_params.SingleTaskModelParams):
@@ -120,4 +121,25 @@ class KerasResNet50(_Cifar10):
         num_splits=4, num_micro_batches=4, remat='always', balance='flops')
     p.train.Set(learning_rate=0.05, l2_regularizer_weight=1e-4, max_steps=40, save_interval_steps=20,
                 lr_schedule=lr_schedule.CosineSchedule.Params().Set(warmup_steps=5, total_steps=40))
+    return p
+
+
+@model_registry.RegisterSingleTaskModel
+class AmoebaNetD_Small_Transfer(imagenet.AmoebaNetD_Small):  # pylint: disable=invalid-name
+  """Fine-tunes image.imagenet.AmoebaNetD_Small on CIFAR-10 at its 96 x 96, as the paper fine-tuned its ImageNet
+  AmoebaNet-B on CIFAR-10 at 480 x 480: --model_params_override="task.train.init_from_checkpoint='<the
+  pre-trained run>/train/ckpt-N'". The softmax and the auxiliary head's last layer start fresh."""
+
+  ONE_STEP_TEST = 'skip'
+  ONE_STEP_SKIP_REASON = 'fine-tunes a pre-trained run: tests/test_imagenet.py pre-trains one and fine-tunes it'
+
+  def _Input(self, split, augment):
+    return input_generator.Cifar10Input.Params().Set(
+        split='train' if split == 'train' else 'test', data_dir=input_generator.SAMPLE_DIR,
+        batch_size=self.BATCH_SIZE, augment=augment, image_size=self.IMAGE_SIZE, normalization='inception',
+        cutout_size=0)
+
+  def Task(self):
+    p = super().Task()
+    p.train.init_from_checkpoint_exclude = ['^softmax/', '^network/sub_[0-9]+/logits/']
     return p

@@ -19,6 +19,8 @@ import tensorflow as tf
 
 from lingpipe.core import base_input_generator
 from lingpipe.core import errors
+from lingpipe.core import param_checks
+from lingpipe.tasks.image import imagenet_input
 
 SAMPLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'cifar10_sample')
 IMAGE_SIZE = 32
@@ -136,6 +138,12 @@ class Cifar10Input(base_input_generator.BaseInputGenerator):
     p.Define('crop_padding', 4, 'Pixels of zero padding before the random 32x32 crop.')
     p.Define('cutout_size', 16, 'Side of the square zeroed by cutout (after normalization); 0 disables it.')
     p.Define('num_examples', 0, 'Use only the first num_examples examples (0: all).')
+    p.Define('image_size', IMAGE_SIZE, 'Height and width fed to the model: larger images are resized up '
+             '(bilinear) after the crop and flip, as for fine-tuning a model trained at a larger size.',
+             check=param_checks.Int(8))
+    p.Define('normalization', 'cifar', "'cifar' (CIFAR-10's per-channel mean and deviation) or 'inception' (to "
+             "[-1, 1], as ImageNet-format models are trained: imagenet_input.py).",
+             check=param_checks.OneOf('cifar', 'inception'))
     return p
 
   def __init__(self, params):
@@ -179,25 +187,31 @@ class Cifar10Input(base_input_generator.BaseInputGenerator):
   def _Preprocess(self, example, index):
     p = self.params
     image = example['image']
+    normalize = Normalize if p.normalization == 'cifar' else imagenet_input.Normalize
     if p.augment:
       seed = tf.stack([tf.constant(p.seed, tf.int64), index])  # New for every example and epoch, reproducible.
-      image = Augment(image, p.crop_padding, p.cutout_size, seed)
+      image = Augment(image, p.crop_padding, p.cutout_size, seed, p.image_size, normalize)
     else:
-      image = Normalize(image)
+      image = normalize(_Resized(image, p.image_size))
     return {'image': image, 'label': example['label']}
 
 
-def Augment(image, crop_padding, cutout_size, seed):
-  """Random padded crop and horizontal flip of a uint8 image, normalization, then cutout; stateless in `seed`."""
+def _Resized(image, size):
+  return image if size == IMAGE_SIZE else tf.image.resize(tf.cast(image, tf.float32), [size, size])
+
+
+def Augment(image, crop_padding, cutout_size, seed, image_size=IMAGE_SIZE, normalize=Normalize):
+  """Random padded crop and horizontal flip of a uint8 image, resizing to image_size, normalization, then cutout
+  (cutout_size pixels of the resized image); stateless in `seed`."""
   seeds = tf.random.experimental.stateless_split(seed, 3)
   padded = tf.pad(image, [[crop_padding, crop_padding], [crop_padding, crop_padding], [0, 0]])
   image = tf.image.stateless_random_crop(padded, [IMAGE_SIZE, IMAGE_SIZE, 3], seeds[0])
   image = tf.image.stateless_random_flip_left_right(image, seeds[1])
-  image = Normalize(image)
+  image = normalize(_Resized(image, image_size))
   if cutout_size:
-    center = tf.random.stateless_uniform([2], seeds[2], 0, IMAGE_SIZE, tf.int32)
-    rows = tf.range(IMAGE_SIZE)[:, None]
-    cols = tf.range(IMAGE_SIZE)[None, :]
+    center = tf.random.stateless_uniform([2], seeds[2], 0, image_size, tf.int32)
+    rows = tf.range(image_size)[:, None]
+    cols = tf.range(image_size)[None, :]
     half = cutout_size // 2
     inside = ((rows >= center[0] - half) & (rows < center[0] + cutout_size - half) &
               (cols >= center[1] - half) & (cols < center[1] + cutout_size - half))
