@@ -13,6 +13,13 @@ from lingpipe.core import context
 from lingpipe.core import errors
 
 
+def MaskSeed(layer):
+  """The stateless seed of `layer`'s random masks: from its random_seed and path, and the step seed (step,
+  micro-batch, replica), so a re-computed forward draws the same masks."""
+  layer_seed = (layer.params.random_seed * 1000003 + zlib.crc32(layer.path.encode('utf-8'))) & 0x7FFFFFFF
+  return tf.stack([tf.constant(layer_seed, tf.int64), context.CurrentStepSeed()])
+
+
 class DropoutLayer(base_layer.BaseLayer):
   """Zeroes each unit with probability 1 - keep_prob in training and scales the rest by 1 / keep_prob."""
 
@@ -45,9 +52,7 @@ class DropoutLayer(base_layer.BaseLayer):
       return inputs
     noise_shape = self._NoiseShape(inputs)
     if p.deterministic:
-      layer_seed = (p.random_seed * 1000003 + zlib.crc32(self.path.encode('utf-8'))) & 0x7FFFFFFF
-      seed = tf.stack([tf.constant(layer_seed, tf.int64), context.CurrentStepSeed()])
-      uniform = tf.random.stateless_uniform(noise_shape, seed=seed)
+      uniform = tf.random.stateless_uniform(noise_shape, seed=MaskSeed(self))
     else:
       uniform = tf.random.uniform(noise_shape)  # float32 in any compute dtype: bfloat16 draws would tie often.
     keep = tf.cast(uniform < p.keep_prob, inputs.dtype)

@@ -64,11 +64,10 @@ class AmoebaCell(base_layer.BaseLayer):
     elif not p.first and p.channels_prev_prev != c:
       self.CreateChild('reduce2', ops.ReluConvBn((1, 1, p.channels_prev_prev, c), bn_tpl=p.bn_tpl))
     spec = specs.Cell(p.genotype, p.reduction)
-    channels = [c, p.channels_prev_prev if p.first else c]
+    channels = self._StateChannels(p)
     if [s for s in spec.concat if s < 2 and (p.reduction or channels[s] != c)]:
       raise errors.ConfigError('Layer %s: genotype %s concatenates an input state that would need reducing first; '
                                'only the B and D genotypes are built.' % (self.path, p.genotype))
-    channels += [c] * (len(spec.operations) // 2)  # The new states.
     identity = []
     for i, (name, state) in enumerate(zip(spec.operations, spec.inputs)):
       op = ops.OperationParams(name, channels[state], c, 2 if p.reduction and state < 2 else 1, p.bn_tpl,
@@ -77,6 +76,14 @@ class AmoebaCell(base_layer.BaseLayer):
       if op is not None:
         self.CreateChild('op%d' % i, op)
     object.__setattr__(self, '_identity', identity)  # Plain state, not tracked by tf.Module.
+
+  @staticmethod
+  def _StateChannels(params):
+    """Channels of each state: the input after reduce1, the previous input (as it is for the first cell), the new
+    states."""
+    c = params.channels
+    spec = specs.Cell(params.genotype, params.reduction)
+    return [c, params.channels_prev_prev if params.first else c] + [c] * (len(spec.operations) // 2)
 
   def FProp(self, inputs):
     p = self.params
@@ -103,7 +110,7 @@ class AmoebaCell(base_layer.BaseLayer):
     c = params.channels
     spec = specs.Cell(params.genotype, params.reduction)
     flops = 2 * (n or 0) * (h or 0) * (w or 0) * (params.channels_prev + params.channels_prev_prev) * c
-    channels = [c, params.channels_prev_prev if params.first else c] + [c] * (len(spec.operations) // 2)
+    channels = cls._StateChannels(params)
     for name, state in zip(spec.operations, spec.inputs):
       op = ops.OperationParams(name, channels[state], c, 2 if params.reduction and state < 2 else 1)
       if op is not None:
@@ -245,11 +252,10 @@ def AmoebaNetLayers(num_cells, filters, bn_tpl=None, genotype='D', stem='cifar',
                                    reduction=reduction, reduction_prev=reduction_prev, first=first, bn_tpl=bn_tpl,
                                    drop_path_tpl=drop_path)
 
-  spec_normal, spec_reduction = specs.GENOTYPES[genotype] if genotype in specs.GENOTYPES else (None, None)
-  if spec_normal is None:
+  if genotype not in specs.GENOTYPES:
     raise errors.ConfigError('Unknown AmoebaNet genotype %r; expected one of %s.%s' % (
         genotype, ', '.join(specs.GENOTYPES), errors.DidYouMean(str(genotype), specs.GENOTYPES)))
-  normal_out, reduction_out = len(spec_normal.concat), len(spec_reduction.concat)
+  normal_out, reduction_out = (len(spec.concat) for spec in specs.GENOTYPES[genotype])
   if stem == 'imagenet':
     stem_filters = specs.IMAGENET_STEM_FILTERS
     layers = [Stem.Params().Set(channels=stem_filters, imagenet=True, bn_tpl=bn_tpl),

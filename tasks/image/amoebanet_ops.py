@@ -1,8 +1,6 @@
 """The operations of an AmoebaNet cell as TensorFlow's reference builds them (tensorflow/tpu, amoeba_net/
 network_utils.py), and drop-path: each operation's output, except an identity's, dropped whole per example."""
 
-import zlib
-
 import tensorflow as tf
 
 from lingpipe.core import base_layer
@@ -11,6 +9,7 @@ from lingpipe.core import errors
 from lingpipe.core import param_checks
 from lingpipe.layers import batch_norm
 from lingpipe.layers import conv
+from lingpipe.layers import dropout
 from lingpipe.layers import pooling
 from lingpipe.layers import sequential
 from lingpipe.tasks.image import amoebanet_specs as specs
@@ -90,10 +89,9 @@ class DropPath(base_layer.BaseLayer):
     if not context.IsTraining() or p.keep_prob == 1.0:
       return inputs
     keep = self.KeepProb()
-    layer_seed = (p.random_seed * 1000003 + zlib.crc32(self.path.encode('utf-8'))) & 0x7FFFFFFF
-    seed = tf.stack([tf.constant(layer_seed, tf.int64), context.CurrentStepSeed()])
     shape = tf.concat([tf.shape(inputs)[:1], tf.ones([inputs.shape.rank - 1], tf.int32)], 0)
-    mask = tf.floor(keep + tf.random.stateless_uniform(shape, seed=seed))  # float32 draws in any compute dtype.
+    # float32 draws in any compute dtype.
+    mask = tf.floor(keep + tf.random.stateless_uniform(shape, seed=dropout.MaskSeed(self)))
     return inputs * tf.cast(mask / keep, inputs.dtype)
 
   @classmethod
