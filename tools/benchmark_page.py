@@ -57,7 +57,7 @@ def Recording():
     yield tee
 
 
-def _Commit():
+def Commit():
   """'abc1234' of the checkout, '+ local changes' when the code a benchmark runs (_MEASURED) has uncommitted
   changes."""
   try:
@@ -96,20 +96,22 @@ def _WriteAtomically(path, text):
     raise SystemExit(str(e)) from e
 
 
-def Write(title, printed, cpu, headline=None, argv=None, page=PAGE, readme=README):
+def Write(title, printed, cpu, headline=None, argv=None, page=PAGE, readme=README, commit=None):
   """Writes the block of this command into `page`: `title`, the command, commit, CPU and date, and `printed` (what
-  the tool printed, as text). `headline`: the lines of the table README.md's Results section shows, or None."""
+  the tool printed, as text). `headline`: the lines of the table README.md's Results section shows, or None.
+  `commit`: Commit() when the run started (default: now)."""
   command = Command(argv)
+  commit = commit or Commit()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   when = datetime.date.today().isoformat()
   facts = ('Command: `%s`  \nCommit: %s; CPU: %s; Python %s, TensorFlow %s; %s.\n' % (
-      command, _Commit(), cpu, platform.python_version(), tf.__version__, when))
+      command, commit, cpu, platform.python_version(), tf.__version__, when))
   block = '## %s\n\n%s\n```\n%s\n```\n' % (title, facts, printed.strip('\n'))
   text = open(page, encoding='utf-8').read() if os.path.exists(page) else _HEADER
   _WriteAtomically(page, _Replace(text, command, block))
   print('Wrote the block of `%s` into %s' % (command, os.path.relpath(page, ROOT)))
   if headline:
     table = '\n'.join(headline).strip('\n')
-    note = ('\n%s (%s, commit %s, [docs/benchmarks.md](docs/benchmarks.md)):\n\n' % (cpu, when, _Commit().split()[0]))
+    note = ('\n%s (%s, commit %s, [docs/benchmarks.md](docs/benchmarks.md)):\n\n' % (cpu, when, commit.split()[0]))
     _WriteAtomically(readme, _Replace(open(readme, encoding='utf-8').read(), 'headline', note + table + '\n\n'))
     print('Wrote the headline table into %s' % os.path.relpath(readme, ROOT))
