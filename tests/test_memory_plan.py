@@ -238,3 +238,20 @@ def test_a_fusing_compiler_keeps_the_inputs_of_the_products_only():
   assert saved.internal > saved.fused_internal
   mlp = saved_activations.Describe(_Mlp(1, 16)[0], tf.TensorShape([8, 16]))
   assert mlp.fused_internal == 0
+
+
+def test_batch_norm_layers_are_traced_and_a_handed_on_state_counted_once():
+  """Batch norm hands its moments to the pipeline rather than assigning its averages, so a layer with it is traced
+  like any other (it used to be planned from its outputs alone); an AmoebaNet cell hands its input on as the next
+  cell's previous state, one buffer that the planner counts once."""
+  from lingpipe.layers import batch_norm  # pylint: disable=g-import-not-at-top
+  from lingpipe.tasks.image import amoebanet  # pylint: disable=g-import-not-at-top
+  layers, _ = amoebanet.AmoebaNetLayers(3, 8, batch_norm.BatchNormLayer.Params())
+  shapes = tf.TensorShape([4, 16, 16, 3])
+  described = memory_plan.DescribeLayers(layers, shapes)
+  assert all(b > 0 for b in described.internal_bytes[1:-1])  # Every cell's inside is traced.
+  cell = layers[1]
+  cell_in = layers[0].cls.FPropMeta(layers[0], shapes).out_shapes[0]
+  saved = saved_activations.Describe(cell, {k: tf.TensorShape(v) for k, v in cell_in.items()})
+  assert saved.passed_on == cell_in['x'].num_elements() * 4  # Its input x is its output prev.
+  assert described.Inside(1, 2) == described.out_bytes[1] - saved.passed_on + saved.internal

@@ -9,12 +9,15 @@ peak memory of the fullest device (weights, gradients, optimizer slots, what the
 micro-batch's working set), the bubble and the predicted speed-up over the plain model on one device, and
 recommends the fastest configuration that fits (lingpipe/gpipe/memory_plan.py says how, and what it assumes).
 It builds nothing real and runs nothing: the model's layers are read from their FPropMeta and an abstract build.
+With --speed_model=measured, speed-ups come from each layer's times measured on this machine instead of flops
+(the layers are then built and run, at the batch's and each micro-batch's size).
 The pipeline needs `input_shapes` (the registered pipelined models set them). Schedules: all of schedule.SCHEDULES
 (of equal predicted speed, the one with the smaller peak is recommended).
 benchmarks/gpipe_paper/plan_gpipe_paper.py checks the planner against the GPipe paper's largest Transformers.
 """
 
 import argparse
+import functools
 import os
 import sys
 
@@ -29,6 +32,10 @@ def _Args(argv):
   parser.add_argument('--micro_batches', default='1,2,4,8,16,32', help='Values of M to consider.')
   parser.add_argument('--model_params_override', default='', help='Params text applied on top of the model\'s.')
   parser.add_argument('--all', action='store_true', help='List the configurations that do not fit too.')
+  parser.add_argument('--speed_model', default='flops', choices=('flops', 'measured'),
+                      help='Predict speed-ups from flops, or from each layer\'s forward and backward time measured '
+                      'here at the batch\'s and each micro-batch\'s size (builds the layers for real; '
+                      'lingpipe/gpipe/layer_times.py).')
   return parser.parse_args(argv)
 
 
@@ -55,14 +62,22 @@ def Plan(args, out=None):
   batch = memory_plan.BatchSize(shapes, pipe.batch_dim)
   device_memory = memory_plan.ParseBytes(args.device_memory)
   micro = [int(m) for m in args.micro_batches.split(',') if m]
+  times = None
+  if args.speed_model == 'measured':
+    from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
+    times = functools.lru_cache(maxsize=None)(lambda size: layer_times.Measure(
+        layers, shapes, size, dtype=pipelines[0].fprop_dtype, batch_dim=pipe.batch_dim))
   candidates = memory_plan.Candidates(layers, shapes, args.devices, batch, micro,
                                       balance=pipe.balance if not pipe.cell_tpl else 'uniform',
                                       slots=memory_plan.OptimizerSlots(p.task.train.optimizer),
-                                      dtype_size=pipe.dtype.size, fprop_dtype=pipelines[0].fprop_dtype)
+                                      dtype_size=pipe.dtype.size, fprop_dtype=pipelines[0].fprop_dtype, times=times)
   shown = candidates if args.all else [c for c in candidates if c.peak <= device_memory]
   print('# %s: %d layers, batch %d, %d device(s) of %s, weights %s, computes in %s; peak = the fullest device '
         '(MiB)' % (args.model, len(layers), batch, args.devices, args.device_memory, pipe.dtype.name,
                    pipelines[0].fprop_dtype.name), file=out)
+  if times is not None:
+    print('# speed-ups from layer times measured here at batch %s' % ', '.join(
+        str(b) for b in sorted({batch // m for m in micro if m <= batch and batch % m == 0})), file=out)
   for line in memory_plan.Table(shown, device_memory):
     print(line, file=out)
   best = memory_plan.Recommend(candidates, device_memory)

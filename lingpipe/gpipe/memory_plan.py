@@ -56,9 +56,14 @@ class Layers(NamedTuple):
   in_bytes: int  # bytes of the batch
   internal_bytes: Tuple[int, ...] = ()  # bytes each layer's backward reads from inside it (saved_activations.py)
   compute_size: int = 0  # bytes per element of activations and the weights' compute copies; 0: as the weights
+  passed_on_bytes: Tuple[int, ...] = ()  # bytes of each layer's output that are its input handed on (one buffer)
 
-  def Internal(self, lo, hi):
-    return sum(self.internal_bytes[lo:hi]) if self.internal_bytes else 0
+  def Inside(self, lo, hi):
+    """Bytes a backward of layers [lo, hi) reads but their input: their outputs, each buffer once, and what
+    their backwards read from inside them."""
+    internal = sum(self.internal_bytes[lo:hi]) if self.internal_bytes else 0
+    passed_on = sum(self.passed_on_bytes[lo:hi]) if self.passed_on_bytes else 0
+    return sum(self.out_bytes[lo:hi]) - passed_on + internal
 
 
 class CellMemory(NamedTuple):
@@ -133,7 +138,7 @@ def DescribeLayers(layer_params, input_shapes, dtype_size=4, trace=True, fused=F
                              'input_shapes (e.g. [batch, features]).')
   shapes = _Shapes(input_shapes)
   in_bytes = Bytes(shapes, act_size)
-  params, flops, out_bytes, internal = [], [], [], []
+  params, flops, out_bytes, internal, passed_on = [], [], [], [], []
   for i, p in enumerate(layer_params):
     with base_layer.AbstractVariables():
       layer = p.Copy().Set(name=p.name or 'layer_%d' % i).Instantiate()
@@ -142,12 +147,13 @@ def DescribeLayers(layer_params, input_shapes, dtype_size=4, trace=True, fused=F
     traced = (saved.fused_internal if fused else saved.internal) if saved else 0
     # Traced in the compute dtype; without one, in float32 and scaled to dtype_size (a what-if of another size).
     internal.append(traced if compute else traced * dtype_size // 4)
+    passed_on.append((saved.passed_on if compute else saved.passed_on * dtype_size // 4) if saved else 0)
     meta = p.cls.FPropMeta(p, shapes)
     flops.append(float(meta.flops))
     shapes = meta.out_shapes[0]
     out_bytes.append(Bytes(shapes, act_size))
   return Layers(tuple(params), tuple(flops), tuple(out_bytes), in_bytes, tuple(internal),
-                act_size if compute is not None else 0)
+                act_size if compute is not None else 0, tuple(passed_on))
 
 
 def BatchSize(input_shapes, batch_dim=0):
@@ -189,7 +195,7 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     copies[k] = sum(layers.params[lo:hi]) * copy_size  # Read once per step in the compute dtype (cell_params.py).
     outs = layers.out_bytes[lo:hi]
     cell_in = layers.in_bytes if k == 0 else layers.out_bytes[lo - 1]
-    inside = sum(outs) + layers.Internal(lo, hi)  # What its backward reads, but its input.
+    inside = layers.Inside(lo, hi)  # What its backward reads, but its input.
     # Per micro-batch: what a forward keeps (its input; with its activations when taped), and the backward's
     # working set (re-computed activations, and the gradients of the two largest outputs).
     activations[k] = (cell_in + inside) / num_micro
@@ -245,27 +251,38 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
   return devices
 
 
-def PredictedSpeedup(layers, counts, num_micro, remat, schedule='gpipe', num_devices=None):
-  """Plain model's step over the pipeline's, from flops (see the module docstring): the busiest device's work
-  stretched by the schedule's bubble (schedule.Bubble)."""
+def PredictedSpeedup(layers, counts, num_micro, remat, schedule='gpipe', num_devices=None, batch_times=None,
+                     micro_times=None):
+  """Plain model's step over the pipeline's: the busiest device's work stretched by the schedule's bubble
+  (schedule.Bubble). The work is counted in flops (see the module docstring) or, given layer_times.Times of the
+  whole batch (`batch_times`: the plain model) and of one micro-batch (`micro_times`), in measured seconds: a
+  device runs each of its layers' forward and backward M times at the micro-batch's size, and re-computes
+  forwards as `remat` says."""
   plan = _Plan(schedule, num_micro, len(counts), remat, num_devices)
   bounds, times = [0], [0.0] * plan.num_devices
   for c in counts:
     bounds.append(bounds[-1] + c)
   extra = {'never': 0.0, 'except_last': (num_micro - 1) / num_micro, 'always': 1.0}[remat]
+  if batch_times is None:  # In flops: a backward costs two forwards.
+    forward, backward = tuple(layers.flops), tuple(2.0 * f for f in layers.flops)
+    plain, micro = sum(forward) + sum(backward), 1
+  else:
+    forward, backward = micro_times.forward, micro_times.backward
+    plain, micro = sum(batch_times.forward) + sum(batch_times.backward), num_micro
   for k in range(len(counts)):
-    times[k % plan.num_devices] += (3.0 + extra) * sum(layers.flops[bounds[k]:bounds[k + 1]])
-  plain = 3.0 * sum(layers.flops)
+    lo, hi = bounds[k], bounds[k + 1]
+    times[k % plan.num_devices] += micro * ((1.0 + extra) * sum(forward[lo:hi]) + sum(backward[lo:hi]))
   pipelined = max(times) / (1.0 - schedule_lib.Bubble(plan))
   return plain / pipelined if pipelined else 1.0
 
 
 def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batches=(1, 2, 4, 8, 16, 32),
                remats=schedule_lib.REMAT_POLICIES, balance='flops', slots=0, dtype_size=4,
-               schedules=schedule_lib.SCHEDULES, virtual_stages=(2,), fprop_dtype=None):
+               schedules=schedule_lib.SCHEDULES, virtual_stages=(2,), fprop_dtype=None, times=None):
   """Every (schedule, remat, K <= num_devices, M dividing batch_size) configuration; 'interleaved_1f1b' with each
   of `virtual_stages` cells per device (K x v cells at most the number of layers). `balance` a list: the layers
-  per cell of one cut, planned for the K (and v) it fits."""
+  per cell of one cut, planned for the K (and v) it fits. `times`: None (speed-ups from flops) or a function of a
+  batch size returning layer_times.Times of the layers at that size (speed-ups from measured times)."""
   layers = DescribeLayers(layer_params, input_shapes, dtype_size, fprop_dtype=fprop_dtype)
   if balance in ('time', 'memory'):
     balance = 'flops'  # Those measure on a sample batch; the planner runs nothing.
@@ -286,11 +303,12 @@ def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batche
         for m in micro_batches:
           if m > batch_size or batch_size % m:
             continue
+          measured = {} if times is None else dict(batch_times=times(batch_size), micro_times=times(batch_size // m))
           for remat in remats:
             cells = CellMemories(layers, counts, m, remat, slots, dtype_size, schedule, k)
             plan = _Plan(schedule, m, num_cells, remat, k)
             candidates.append(Candidate(schedule, remat, k, m, tuple(counts), tuple(cells), schedule_lib.Bubble(plan),
-                                        PredictedSpeedup(layers, counts, m, remat, schedule, k), v))
+                                        PredictedSpeedup(layers, counts, m, remat, schedule, k, **measured), v))
   return candidates
 
 

@@ -40,6 +40,7 @@ class Saved(NamedTuple):
   internal: int  # tensors computed inside the layer (neither its inputs nor its outputs)
   reads_inputs: bool  # the backward reads the layer's inputs
   fused_internal: int = 0  # what a fusing compiler would keep of them (the module docstring)
+  passed_on: int = 0  # bytes of the outputs that are its inputs handed on (an AmoebaNet cell's previous state)
 
 
 def _Root(tensor, views=_VIEWS):
@@ -71,7 +72,9 @@ def _Trace(layer_params, shapes, dtype):
     abstract = {v: tf.compat.v1.placeholder(l.VariableFPropDtype(name), v.shape) for l in layer.Walk()
                 for name, v in l.vars.items()}
     inputs = _Placeholders(shapes, dtype)
-    with context.Training(True), base_layer.VariablesAs([layer], abstract):
+    # Batch norm hands its moments over, as inside a pipeline (the averages move outside the cells).
+    with context.Training(True), context.CollectBatchNormStats(context.BatchNormStats(discard=True)), \
+        base_layer.VariablesAs([layer], abstract):
       outputs = layer.FProp(inputs)
     forward = set(graph.get_operations())
     flat_in = [t for t in tf.nest.flatten(inputs) if t.dtype.is_floating]
@@ -89,7 +92,9 @@ def _Trace(layer_params, shapes, dtype):
   def Internal(tensors):
     return sum(_Bytes(t) for ref, t in tensors.items()
                if ref not in inputs_ref and ref not in outputs_ref and t.op.type not in _FREE)
-  return Saved(Internal(read), any(ref in inputs_ref for ref in read), Internal(products))
+  passed_on = sum(_Bytes(t) for t in {_Root(t).ref(): _Root(t) for t in tf.nest.flatten(outputs)}.values()
+                  if t.ref() in inputs_ref)
+  return Saved(Internal(read), any(ref in inputs_ref for ref in read), Internal(products), passed_on)
 
 
 _CACHE = {}

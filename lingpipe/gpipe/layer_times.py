@@ -1,0 +1,97 @@
+"""Measured forward and backward seconds of each layer, for the planner's speed model (memory_plan.py).
+
+Flops say how much a layer computes, not how long it takes: a depthwise convolution or a batch norm moves more
+bytes per flop than a matrix product, and a small micro-batch uses a machine less well than a large one. Here each
+layer is built for real and run as a pipeline runs it (traced, in training, on a batch of the given size), so the
+planner can add the measured times of a cell's layers instead of their flops. Layers of equal Params and input
+shapes are measured once (an AmoebaNet's repeated normal cells, a Transformer's layers).
+"""
+
+import time
+from typing import NamedTuple, Tuple
+
+import tensorflow as tf
+
+from lingpipe.core import context
+from lingpipe.core.nested_map import NestedMap
+
+
+class Times(NamedTuple):
+  """Seconds per layer for one batch of `batch_size`."""
+  batch_size: int
+  forward: Tuple[float, ...]
+  backward: Tuple[float, ...]  # the backward alone: forward and backward together, less the forward
+
+
+def _WithBatch(shapes, batch_size, batch_dim):
+  """`shapes` (a shape, or a dict of them) with the batch dimension set to `batch_size`."""
+  if isinstance(shapes, dict):
+    return {k: _WithBatch(v, batch_size, batch_dim) for k, v in shapes.items()}
+  dims = tf.TensorShape(shapes).as_list()
+  dims[batch_dim] = batch_size
+  return tf.TensorShape(dims)
+
+
+def _Random(shapes, dtype):
+  if isinstance(shapes, dict):
+    return NestedMap({k: _Random(v, dtype) for k, v in shapes.items()})
+  return tf.random.normal(tf.TensorShape(shapes).as_list(), dtype=dtype)
+
+
+def _Best(run, repeats):
+  run()  # Traces, and warms the kernels.
+  best = float('inf')
+  for _ in range(repeats):
+    start = time.perf_counter()
+    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, 'numpy') else t, run())
+    best = min(best, time.perf_counter() - start)
+  return best
+
+
+def _Measure(layer_params, shapes, dtype, repeats):
+  layer = layer_params.Copy().Set(name=layer_params.name or 'layer').Instantiate()
+  x = _Random(shapes, dtype)
+  flat_x = [t for t in tf.nest.flatten(x) if t.dtype.is_floating]
+
+  def Forward(x):
+    # Batch norm hands its moments over, as inside a pipeline (the averages move once per step, outside).
+    with context.Training(True), context.CollectBatchNormStats(context.BatchNormStats(discard=True)):
+      return layer.FProp(x)
+
+  @tf.function
+  def ForwardOnly(x):
+    return tf.nest.flatten(Forward(x))
+
+  @tf.function
+  def ForwardBackward(x):
+    with tf.GradientTape() as tape:
+      tape.watch(flat_x)
+      y = [t for t in tf.nest.flatten(Forward(x)) if t.dtype.is_floating]
+    grads = tape.gradient(y, list(layer.trainable_variables) + flat_x,
+                          output_gradients=[tf.ones_like(t) for t in y])
+    return [g for g in grads if g is not None]
+
+  forward = _Best(lambda: ForwardOnly(x), repeats)
+  both = _Best(lambda: ForwardBackward(x), repeats)
+  return forward, max(both - forward, 0.0)
+
+
+def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3, batch_dim=0, log=None):
+  """Times of each layer of `layer_params` (a flat list) on a batch of `batch_size` examples shaped as
+  `input_shapes` (the pipeline's, whatever their batch), computing in `dtype`. `log(text)` is told of each
+  layer measured."""
+  dtype = tf.as_dtype(dtype)
+  shapes = _WithBatch(input_shapes, batch_size, batch_dim)
+  measured, forward, backward = {}, [], []
+  for i, p in enumerate(layer_params):
+    p = p.Copy().Set(fprop_dtype=p.fprop_dtype or dtype)
+    key = (p.cls, p.Copy().Set(name='').ToText(), repr(shapes))
+    if key not in measured:
+      measured[key] = _Measure(p, shapes, dtype, repeats)
+      if log:
+        log('layer %d (%s): forward %.4f s, backward %.4f s at batch %d' % (
+            i, p.cls.__name__, measured[key][0], measured[key][1], batch_size))
+    forward.append(measured[key][0])
+    backward.append(measured[key][1])
+    shapes = p.cls.FPropMeta(p, shapes).out_shapes[0]
+  return Times(batch_size, tuple(forward), tuple(backward))
