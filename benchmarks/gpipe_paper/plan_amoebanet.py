@@ -170,12 +170,12 @@ def MemorySection(args):
 
 def PaperModels(planner, micro):
   """The planner's activations of the paper's own naive-1 and pipeline-1 models beside the paper's figures."""
+  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
   print('\nThe paper\'s own models: the planner\'s activation memory (stash and working set of the fullest device) '
         'against the paper\'s peak activation memory')
   for column, num_cells, k, remat, filters, _ in COLUMNS[:2]:
     layers, _ = planner.Describe(num_cells, filters)
     paper = PAPER_ACTIVATIONS[column]
-    from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
     cells = {m: memory_plan.CellMemories(layers, [len(layers.params)], m, remat)[0]
              for m in ([1] if remat == 'never' else micro)}
     print('%-11s (%d,%d): paper %.2f GB; planner %s' % (column, num_cells, filters, paper / 1e9, ', '.join(

@@ -51,7 +51,6 @@ def _Best(run, repeats):
 def _Measure(layer_params, shapes, dtype, repeats):
   layer = layer_params.Copy().Set(name=layer_params.name or 'layer').Instantiate()
   x = _Random(shapes, dtype)
-  flat_x = [t for t in tf.nest.flatten(x) if t.dtype.is_floating]
 
   def Forward(x):
     # Batch norm hands its moments over, as inside a pipeline (the averages move once per step, outside).
@@ -64,6 +63,7 @@ def _Measure(layer_params, shapes, dtype, repeats):
 
   @tf.function
   def ForwardBackward(x):
+    flat_x = [t for t in tf.nest.flatten(x) if t.dtype.is_floating]  # A pipeline's cell passes their gradient on.
     with tf.GradientTape() as tape:
       tape.watch(flat_x)
       y = [t for t in tf.nest.flatten(Forward(x)) if t.dtype.is_floating]
