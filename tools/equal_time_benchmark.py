@@ -95,6 +95,8 @@ def Run(args):
   if len(models) > len(cores):
     raise SystemExit('%d models need %d cores, one each; this machine gives %d. Pass fewer --models.' % (
         len(models), len(models), len(cores)))
+  if shutil.which('taskset') is None:
+    raise SystemExit('taskset (util-linux) is not on PATH; each run is pinned to its own core with it.')
   if not os.path.isdir(args.data_dir):
     raise SystemExit('--data_dir %s is not a folder; make it with tools/prepare_cifar10.py.' % args.data_dir)
   if os.path.exists(args.logdir) and os.listdir(args.logdir):
