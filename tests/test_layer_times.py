@@ -5,19 +5,16 @@ import pytest
 from lingpipe.gpipe import layer_times
 from lingpipe.gpipe import memory_plan
 from lingpipe.layers import linear
-
-
-def _Mlp(num_layers, dim):
-  return [linear.ProjectionLayer.Params().Set(name='l%d' % i, input_dim=dim, output_dim=dim, activation='tanh')
-          for i in range(num_layers)]
+import pipeline_test_util as util
 
 
 def test_each_distinct_layer_is_measured_once_at_the_given_batch():
   told = []
-  layers = _Mlp(3, 64) + [linear.ProjectionLayer.Params().Set(name='wide', input_dim=64, output_dim=256)]
-  times = layer_times.Measure(layers, [1024, 64], 32, repeats=1, log=told.append)
-  assert times.batch_size == 32 and len(times.forward) == len(times.backward) == 4
-  assert len(told) == 2 and 'at batch 32' in told[0]  # The three alike layers once, the wide one once.
+  # Layers large enough that their forward outlasts the cost of calling a traced function, which is left out.
+  layers = util.Tanh(3, 256) + [linear.ProjectionLayer.Params().Set(name='wide', input_dim=256, output_dim=1024)]
+  times = layer_times.Measure(layers, [64, 256], 2048, repeats=1, log=told.append)
+  assert times.batch_size == 2048 and len(times.forward) == len(times.backward) == 4
+  assert len(told) == 2 and 'at batch 2048' in told[0]  # The three alike layers once, the wide one once.
   assert times.forward[0] == times.forward[1] == times.forward[2] and all(t > 0 for t in times.forward)
 
 
@@ -25,7 +22,7 @@ def test_each_distinct_layer_is_measured_once_at_the_given_batch():
 def test_times_proportional_to_flops_predict_what_flops_predict(remat):
   """With each layer's time its flops (a backward two forwards) and a micro-batch 1/M of the batch's time, the
   measured-times model is the flops model."""
-  described = memory_plan.DescribeLayers(_Mlp(6, 32), [64, 32], trace=False)
+  described = memory_plan.DescribeLayers(util.Tanh(6, 32), [64, 32], trace=False)
   scale = 1e-9
   batch = layer_times.Times(64, tuple(f * scale for f in described.flops),
                             tuple(2 * f * scale for f in described.flops))
@@ -40,7 +37,7 @@ def test_times_proportional_to_flops_predict_what_flops_predict(remat):
 def test_a_slow_layer_and_slow_micro_batches_lower_the_prediction():
   """Cut by flops, a layer that takes three times its flops' share makes its device the bottleneck; and micro-
   batches that run at half the batch's speed halve the pipelined throughput."""
-  described = memory_plan.DescribeLayers(_Mlp(2, 32), [64, 32], trace=False)
+  described = memory_plan.DescribeLayers(util.Tanh(2, 32), [64, 32], trace=False)
   even = layer_times.Times(64, (1.0, 1.0), (2.0, 2.0))
   slow_first = layer_times.Times(64, (3.0, 1.0), (6.0, 2.0))
   half = lambda t, m: layer_times.Times(64 // m, tuple(2 * x / m for x in t.forward),  # pylint: disable=g-long-lambda

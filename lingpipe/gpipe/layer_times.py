@@ -17,6 +17,9 @@ from lingpipe.core import context
 from lingpipe.core.nested_map import NestedMap
 
 
+_CALL_REPEATS = 20
+
+
 class Times(NamedTuple):
   """Seconds per layer for one batch of `batch_size`."""
   batch_size: int
@@ -76,7 +79,9 @@ def _Measure(layer_params, shapes, dtype, repeats):
   def Call(x):  # What calling a traced function costs: a cell calls its layers inside one, not one each.
     return tf.nest.flatten(x)
 
-  call = _Best(lambda: Call(x), repeats)
+  # Cheap, and slow the first few times (allocations): timed more often than the layer, so that it is not
+  # overstated and taken off the forward.
+  call = _Best(lambda: Call(x), max(repeats, _CALL_REPEATS))
   forward = _Best(lambda: ForwardOnly(x), repeats)
   both = _Best(lambda: ForwardBackward(x), repeats)
   return max(forward - call, 0.0), max(both - forward, 0.0)
