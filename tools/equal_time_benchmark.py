@@ -80,12 +80,14 @@ def _StepsPerSecond(log_path):
   return float(found[-1])
 
 
-def _NumParams(model):
+def _Sizes(model):
+  """(trainable parameters, training batch size) of a registered model; its layers built abstractly."""
   from lingpipe import trainer  # pylint: disable=g-import-not-at-top
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
+  p = trainer.BuildModelParams(model)
   with base_layer.AbstractVariables():
-    task = trainer.BuildModelParams(model).task.Instantiate()
-  return base_layer.NumParams(task)
+    task = p.task.Instantiate()
+  return base_layer.NumParams(task), p.input.batch_size
 
 
 def Run(args):
@@ -140,8 +142,9 @@ def Run(args):
   for m in models:
     with open(os.path.join(dirs[m], 'eval_test', 'metrics.json'), encoding='utf-8') as f:
       metrics = json.load(f)['metrics']
-    examples = steps[m] * _BatchSize(m)
-    row = dict(model=m, params=_NumParams(m), steps_per_s=speed[m], steps=steps[m],
+    params, batch_size = _Sizes(m)
+    examples = steps[m] * batch_size
+    row = dict(model=m, params=params, steps_per_s=speed[m], steps=steps[m],
                epochs=examples / args.train_examples, train_s=seconds[m], accuracy=metrics['accuracy'],
                top5=metrics.get('top5_accuracy'), examples=metrics.get('num_examples'))
     rows.append(row)
@@ -151,11 +154,6 @@ def Run(args):
   print('Test split: %d examples. Budget %g minutes per run; steps from a %d-step timing run of each.' % (
       rows[0]['examples'] or 0, args.minutes, args.calibration_steps))
   return rows
-
-
-def _BatchSize(model):
-  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
-  return trainer.BuildModelParams(model).input.batch_size
 
 
 def main(argv=None):
