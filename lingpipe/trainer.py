@@ -14,6 +14,7 @@ Errors in what the user gave (unknown model, bad override, unusable checkpoint, 
 exit with status 1; --verbose adds the traceback and TensorFlow's own log lines.
 """
 
+import os
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
@@ -76,9 +77,23 @@ _DERIVED = (('model', '--model'), ('dataset', '--eval_dataset (eval and decode; 
 
 def BuildModelParams(model, dataset='Train', params_file=None, override='', max_steps=None, seed=None):
   """The registered model's params for `dataset` with the file and text overrides, max_steps and seed applied."""
+  return _BuildParams(model, dataset, params_file, override, max_steps, seed)[0]
+
+
+def BuildRunParams(logdir, model, dataset='Train', params_file=None, override='', max_steps=None, seed=None):
+  """(params, a line saying what was taken from the run, or None): BuildModelParams, with the task values the run
+  in `logdir` recorded taken before the overrides (recorded_params.py), as eval, decode and export need."""
+  from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
+  return _BuildParams(model, dataset, params_file, override, max_steps, seed, (
+      os.path.join(logdir, checkpointer.PARAMS_FILE), checkpointer.RecordedParamsText(logdir)))
+
+
+def _BuildParams(model, dataset, params_file, override, max_steps, seed, recorded=None):
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import recorded_params  # pylint: disable=g-import-not-at-top
   p = model_registry.GetParams(model, dataset)
+  adopted = recorded_params.Adopt(p, recorded[1]) if recorded else None
   for what, text in (('--model_params_file_override=%s' % params_file, _ReadParamsFile(params_file)
                       if params_file else ''), ('--model_params_override', override)):
     if not text:
@@ -94,7 +109,7 @@ def BuildModelParams(model, dataset='Train', params_file=None, override='', max_
   if seed is not None:
     p.task.random_seed = seed
     p.input.seed = seed
-  return p
+  return p, recorded_params.Note(p, recorded[0], *adopted) if recorded else None
 
 
 def Run(argv=None, out=None):
@@ -122,12 +137,18 @@ def Run(argv=None, out=None):
   if FLAGS.mode != 'inspect' and not FLAGS.logdir:
     raise errors.ConfigError('--logdir is required for --mode=%s (e.g. --logdir=/tmp/run).' % FLAGS.mode)
   dataset = FLAGS.eval_dataset if FLAGS.mode in ('eval', 'decode') else 'Train'
-  p = BuildModelParams(FLAGS.model, dataset, FLAGS.model_params_file_override, FLAGS.model_params_override,
-                       FLAGS.max_steps, FLAGS.seed)
-  if FLAGS.job:
-    p.cluster.job = FLAGS.job
   if FLAGS.mode != 'inspect':
     checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)  # Before the lock: a refused logdir stays untouched.
+  params_args = (FLAGS.model, dataset, FLAGS.model_params_file_override, FLAGS.model_params_override,
+                 FLAGS.max_steps, FLAGS.seed)
+  if FLAGS.mode in ('eval', 'decode', 'export', 'profile'):  # The run's task params, as it was trained.
+    p, note = BuildRunParams(FLAGS.logdir, *params_args)
+    if note:
+      print(note, file=out, flush=True)
+  else:
+    p = BuildModelParams(*params_args)
+  if FLAGS.job:
+    p.cluster.job = FLAGS.job
   if FLAGS.mode == 'train':
     if FLAGS.termination_grace_s <= 0:
       raise errors.ConfigError('--termination_grace_s=%g: expected a number of seconds > 0.' %

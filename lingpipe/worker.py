@@ -44,8 +44,7 @@ def Serve(stop_event=None, out=sys.stdout):
   from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
   job_given = FLAGS['job'].present or FLAGS.job != 'worker'  # 'worker' is the default; TF_CONFIG may say more.
-  spec, job, task = tf_config.Resolve('lingpipe-worker', FLAGS.cluster_spec, FLAGS.job if job_given else None,
-                                      FLAGS.task)
+  spec, job, task = tf_config.Resolve(FLAGS.cluster_spec, FLAGS.job if job_given else None, FLAGS.task)
   if spec is None or task is None:
     raise errors.ConfigError('--cluster_spec and --task are required, or TF_CONFIG (e.g. --cluster_spec=worker='
                              '127.0.0.1:2222,127.0.0.1:2223 --task=0).')

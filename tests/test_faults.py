@@ -266,10 +266,19 @@ def test_sigterm_finishes_the_step_saves_and_the_same_command_resumes(tmp_path):
   killed_save = os.path.join(logdir, 'train', 'ckpt-%d_temp' % (int(m.group(1)) + 1))
   os.makedirs(killed_save)
   open(os.path.join(killed_save, 'part-00000-of-00001.data-00000-of-00001'), 'w').close()
+  # A kill at the rename of the `checkpoint` index leaves TensorFlow's checkpoint.tmp<uuid hex> (it used to stay
+  # for good); files of the user's with similar names stay.
+  killed_index = os.path.join(logdir, 'train', 'checkpoint.tmp' + '0123456789abcdef' * 2)
+  open(killed_index, 'w').close()
+  users = [os.path.join(logdir, 'train', name) for name in ('checkpoint.tmp.notes', 'ckpt-99_temp.txt', 'ckpt-1.txt')]
+  for path in users:
+    open(path, 'w').close()
   resumed = _Run(*command[:-2], '--max_steps=1')
   assert 'Resumed from %s at step %s.' % (m.group(2), m.group(1)) in resumed.stdout, resumed.stderr
-  assert 'Removed the temporary files of a save that was stopped: %s.' % killed_save in resumed.stdout
-  assert not os.path.exists(killed_save)
+  assert 'Removed the temporary files of a save that was stopped: %s, %s.' % (
+      killed_index, killed_save) in resumed.stdout, resumed.stdout
+  assert not os.path.exists(killed_save) and not os.path.exists(killed_index)
+  assert all(os.path.exists(path) for path in users)
 
 
 def test_init_from_a_pipelined_run_into_a_plain_model_needs_no_flag(tmp_path):

@@ -4,6 +4,8 @@ its checkpoints works, and results are printed before they are written."""
 
 import errno
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +14,9 @@ import time
 import pytest
 import tensorflow as tf
 
+from lingpipe.core import errors
 from lingpipe.runners import checkpointer
+from lingpipe.runners import decoder
 from lingpipe.runners import safe_write
 from lingpipe.runners import temporaries
 import trainer_test_util as util
@@ -189,3 +193,94 @@ def test_eval_prints_its_metrics_before_it_writes_them(capsys, tmp_path, monkeyp
   assert code == 1 and 'Eval of synthetic.Mlp at step 2 on Test' in out and 'accuracy=' in out
   assert err == ('lingpipe-train: error: Cannot write metrics %s/eval_test/metrics-2.json: Read-only file system '
                  '(%s/eval_test).\n' % (logdir, logdir)), err
+
+
+def _Plant(root, relative, is_dir=False):
+  """A user's file (or empty folder, or symlink if `relative` ends in '@') at `relative` under `root`."""
+  path = os.path.join(root, relative.rstrip('/@'))
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  if relative.endswith('@'):
+    os.symlink('/etc/hostname', path)
+  elif relative.endswith('/') or is_dir:
+    os.makedirs(path)
+  else:
+    with open(path, 'w') as f:
+      f.write('the user wrote this')
+  return path
+
+
+_PLANTED = [  # (what the user put in an earlier export, how the refusal names it)
+    ('NOTES.txt', 'NOTES.txt'), ('.notes', '.notes'), ('mine/', 'mine/'), ('deep/er/notes', 'deep/'),
+    ('variables/mine.txt', 'variables/mine.txt'), ('variables/variables.index.bak', 'variables/variables.index.bak'),
+    ('assets/extra.model', 'assets/extra.model'), ('assets/sub/', 'assets/sub/'), ('link@', 'link'),
+    ('finetune/train/ckpt-1.index', 'finetune/')]
+
+
+def test_a_reexport_is_refused_when_the_earlier_export_holds_anything_an_export_does_not_write(capsys, tmp_path):
+  logdir = str(tmp_path / 'run')
+  assert util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--max_steps=2')[0] == 0
+  for export_args, target, shown in (([], os.path.join(logdir, 'export', '2'), 'The export folder %s'),
+                                     (['--export_dir=%s' % (tmp_path / 'served')], str(tmp_path / 'served'),
+                                      '--export_dir %s')):
+    code, _, err = util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--mode=export', *export_args)
+    assert code == 0, err
+    for planted, named in _PLANTED:
+      path = _Plant(target, planted)
+      before = _Tree(str(tmp_path))
+      line = util.Error(capsys, MLP, '--logdir=' + logdir, '--mode=export', *export_args)
+      assert line == ('%s holds an earlier export of synthetic.Mlp and also what lingpipe did not write there (%s); '
+                      'nothing was written or deleted. Move it out, or write elsewhere.' % (shown % target, named))
+      assert _Tree(str(tmp_path)) == before and os.path.lexists(path)
+      if named.endswith('/'):
+        shutil.rmtree(os.path.join(target, named))
+      else:
+        os.remove(path)
+    # With the user's things moved out, the earlier export is replaced.
+    assert util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--mode=export', *export_args)[0] == 0
+
+
+def test_an_export_into_the_exports_base_folder_or_inside_an_export_is_refused(capsys, tmp_path):
+  logdir = str(tmp_path / 'run')
+  assert util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--max_steps=2')[0] == 0
+  base = os.path.join(logdir, 'export')
+  line = util.Error(capsys, MLP, '--logdir=' + logdir, '--mode=export', '--export_dir=' + base)
+  assert line.startswith("--export_dir %s is the base folder of the logdir's exports (TF Serving's model base path), "
+                         'where each export is a version folder %s/<step>; nothing was written.' % (base, base)), line
+  assert not os.path.exists(base)
+  assert util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--mode=export')[0] == 0
+  for inside in (os.path.join(base, '2', 'variables', 'x'), os.path.join(base, '2', 'new')):
+    line = util.Error(capsys, MLP, '--logdir=' + logdir, '--mode=export', '--export_dir=' + inside)
+    assert line == ('--export_dir %s is inside the export %s; nothing was written. Give a folder outside it.' % (
+        inside, os.path.join(base, '2'))), line
+  assert sorted(os.listdir(base)) == ['2', 'step_2']
+
+
+def test_an_export_dir_that_is_a_symlink_is_written_through_and_stays_a_link(capsys, tmp_path):
+  logdir, target, link = str(tmp_path / 'run'), tmp_path / 'disk' / 'models', tmp_path / 'served'
+  assert util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--max_steps=2')[0] == 0
+  target.mkdir(parents=True)
+  os.symlink(str(target), str(link))
+  for _ in range(2):  # Into the empty target, then over the earlier export there.
+    code, out, err = util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--mode=export', '--export_dir=%s' % link)
+    assert code == 0 and "to %s (the link's target %s)" % (link, target) in out, err
+    assert os.path.islink(str(link)) and os.readlink(str(link)) == str(target)
+    assert tf.saved_model.load(str(target)).signatures['serving_default'] is not None
+  os.symlink(str(tmp_path / 'gone'), str(tmp_path / 'broken'))
+  line = util.Error(capsys, MLP, '--logdir=' + logdir, '--mode=export', '--export_dir=%s' % (tmp_path / 'broken'))
+  assert line.startswith('--export_dir %s is a broken symlink (to %s); nothing was written.' % (
+      tmp_path / 'broken', tmp_path / 'gone')), line
+
+
+def test_a_redecode_is_refused_when_the_earlier_decode_holds_what_a_decode_does_not_write(tmp_path):
+  step_dir = tmp_path / 'decode_test' / 'step_5'
+  step_dir.mkdir(parents=True)
+  decoder.CheckStepDir(str(step_dir))  # Empty: fine.
+  (step_dir / 'metrics.json').write_text('{"files": ["de-en.hyp"]}')
+  (step_dir / 'de-en.hyp').write_text('hallo\n')
+  decoder.CheckStepDir(str(step_dir))  # An earlier decode: replaced whole.
+  for planted in ('fr-en.hyp', 'notes.txt', 'sub/'):
+    path = _Plant(str(step_dir), planted)
+    with pytest.raises(errors.ConfigError, match=r'^%s holds an earlier decode and also what lingpipe did not write '
+                       r'there \(%s\); nothing was written or deleted\.' % (re.escape(str(step_dir)), planted)):
+      decoder.CheckStepDir(str(step_dir))
+    (os.rmdir if os.path.isdir(path) else os.remove)(path)

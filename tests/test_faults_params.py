@@ -40,6 +40,13 @@ def _Train(capsys, logdir, max_steps, override=''):
      'set by --model'),
     ('dataset=Test', "--model_params_override sets dataset to 'Test', but dataset is set by --eval_dataset"),
     ("input.name='bob;input.batch_size=8", "Params text: the string opened by ' in \"input.name='bob"),
+    # A missing comma: Python would join the strings into one.
+    ("task.train.init_from_checkpoint_exclude=['a' 'b']", "Param task.train.init_from_checkpoint_exclude: value "
+     "['a' 'b']: the strings 'a' 'b' stand side by side, which Python would join into one ('ab'); put a comma between "
+     'list items, or write one string.'),
+    ("task.train.init_from_checkpoint_rules=[['x', 'y' \"z\"]]", "Param task.train.init_from_checkpoint_rules: "
+     "value [['x', 'y' \"z\"]]: the strings 'y' \"z\" stand side by side"),
+    ("input.name='a' 'b'", "Param input.name: value 'a' 'b': the strings 'a' 'b' stand side by side"),
 ])
 def test_a_bad_override_is_one_line_before_anything_is_written(capsys, tmp_path, override, expected):
   logdir = str(tmp_path / 'run')
@@ -158,3 +165,20 @@ def test_resuming_with_another_batch_size_restarts_the_input_and_says_so(capsys,
   assert 'input.checkpoint_iterator is False.' in out
   out = _Train(capsys, logdir, 10, 'input.batch_size=16;input.shuffle_buffer_size=100')
   assert 'the checkpoints were saved with input.checkpoint_iterator=False.' in out
+
+
+def test_eval_and_export_of_a_run_use_its_recorded_task_params_and_say_so(capsys, tmp_path):
+  logdir = str(tmp_path / 'run')
+  _Train(capsys, logdir, 2, "task.fprop_dtype='bfloat16'")
+  note = ("Using the run's params from %s where they differ from the registered model's: task.fprop_dtype : "
+          'tf.bfloat16. Override them to change this.' % os.path.join(logdir, 'params.txt'))
+  code, out, err = util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--mode=eval')
+  assert code == 0 and note in out, err
+  code, out, err = util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--mode=export')
+  assert code == 0 and note in out, err
+  assert 'task.fprop_dtype : tf.bfloat16\n' in open(os.path.join(logdir, 'export', '2', 'params.txt')).read()
+  # The command's own override wins, and nothing is said of what it set.
+  code, out, err = util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--mode=export', '--export_dir=%s' % (
+      tmp_path / 'f32'), "--model_params_override=task.fprop_dtype=None")
+  assert code == 0 and "Using the run's params" not in out, err
+  assert 'task.fprop_dtype : None\n' in open(str(tmp_path / 'f32' / 'params.txt')).read()

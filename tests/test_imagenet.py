@@ -84,6 +84,15 @@ def test_mistakes_are_one_line(sample, tmp_path):
   assert done.returncode == 1 and 'not an earlier output of prepare_imagenet; nothing was written or deleted' in (
       done.stderr)
   assert (tmp_path / 'mine' / 'notes.txt').read_text() == 'keep'
+  # An earlier output is replaced whole only when it holds nothing but what the tool listed in its marker.
+  notes = os.path.join(records, 'notes.txt')
+  with open(notes, 'w') as f:
+    f.write('keep')
+  done = _Tool('--source=' + tree, '--out_dir=' + records)
+  assert done.returncode == 1 and ('%s holds an earlier output of prepare_imagenet and also what lingpipe did not '
+                                   'write there (notes.txt); nothing was written or deleted.' % records) in done.stderr
+  assert open(notes).read() == 'keep'
+  os.remove(notes)
 
 
 @pytest.mark.slow

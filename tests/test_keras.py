@@ -356,7 +356,7 @@ def test_what_cannot_be_pipelined_is_a_clear_error():
   with pytest.raises(errors.ConfigError, match='is assigned by the forward pass'):
     lk.Pipeline([keras.layers.Dense(4), _Counter()], num_splits=2, input_shape=(None, 3))(
         np.ones((4, 3), 'float32'), training=True)
-  with pytest.raises(errors.ConfigError, match='not a multiple|divisible|divide'):
+  with pytest.raises(errors.ConfigError, match='a batch of 24 rows does not split into num_micro_batches=5'):
     lk.Pipeline(_Mlp(seed=1), num_splits=2, num_micro_batches=5)(_Data()[0], training=True)
   with pytest.raises(errors.ConfigError, match=r"built for inputs of shape \(None, 8\) .*and got \(24, 10\)"):
     lk.Pipeline(_Mlp(seed=1), num_splits=2, num_micro_batches=2)(np.ones((24, 10), 'float32'))
@@ -422,3 +422,42 @@ def test_a_strategy_scope_is_refused_in_one_line_that_names_num_replicas():
     lk.Pipeline(_Mlp(seed=1), num_splits=2, num_replicas=3)
   with pytest.raises(errors.ConfigError, match='devices lists 1 replica.* and num_replicas is 2'):
     lk.Pipeline(_Mlp(seed=1), num_splits=2, num_replicas=2, devices=['/cpu:0', '/cpu:1'])
+
+
+def test_a_batch_that_m_does_not_divide_is_one_line_of_ours_before_keras_runs():
+  pipelined = lk.Pipeline(_Mlp(seed=1), num_splits=2, num_micro_batches=4)
+  pipelined.compile(optimizer='sgd', loss=_LOSS)
+  x, y = _Data(rows=40)
+  for data, kwargs, where in (((x, y), dict(batch_size=10), 'batch_size of 10 rows'),
+                              ((tf.data.Dataset.from_tensor_slices((x, y)).batch(10, drop_remainder=True),), {},
+                               "the dataset's batch of 10 rows")):
+    with pytest.raises(errors.ConfigError) as raised:
+      pipelined.fit(*data, verbose=0, **kwargs)
+    message = str(raised.value)
+    assert message == ("lingpipe.keras.Pipeline 'pipeline': %s does not split into num_micro_batches=4 equal "
+                       'micro-batches. Use a batch size that is a multiple of 4 (e.g. 8 or 12), or num_micro_batches '
+                       'of 1, 2, 5, 10.' % where), message
+  assert pipelined.fit(x, y, batch_size=8, verbose=0)  # 8 divides; the last batch of 40 rows is whole too.
+  # Evaluation pads: any batch size works.
+  assert np.isfinite(pipelined.evaluate(x, y, batch_size=10, verbose=0))
+
+
+def test_a_model_of_several_inputs_takes_them_as_a_list_or_a_dict_as_keras_does(tmp_path):
+  keras.utils.set_random_seed(3)
+  a, b = keras.Input((8,), name='a'), keras.Input((5,), name='b')
+  hidden = keras.layers.Dense(16, activation='relu')(keras.layers.Concatenate()([a, b]))
+  plain = keras.Model([a, b], keras.layers.Dense(3)(keras.layers.Dense(12, activation='tanh')(hidden)))
+  pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=2)
+  xa, xb = _Data(rows=16)[0], _Data(rows=16, shape=(5,), seed=1)[0]
+  expected = plain.predict([xa, xb], verbose=0)
+  np.testing.assert_allclose(pipelined.predict([xa, xb], verbose=0), expected, atol=1e-5)
+  np.testing.assert_allclose(pipelined.predict({'a': xa, 'b': xb}, verbose=0), expected, atol=1e-5)
+  pipelined.compile(optimizer='sgd', loss=_LOSS)
+  pipelined.fit([xa, xb], _Data(rows=16)[1], batch_size=8, verbose=0)
+  with pytest.raises(errors.ConfigError, match=r"^lingpipe.keras.Pipeline 'pipeline': the model takes 2 inputs "
+                     r"\(a, b\), and got a list of 3\. Feed a list in that order or a dict by those names\.$"):
+    pipelined.fit([xa, xb, xb], _Data(rows=16)[1], batch_size=8, verbose=0)
+  path = str(tmp_path / 'two.keras')
+  pipelined.save(path)
+  np.testing.assert_allclose(keras.saving.load_model(path).predict([xa, xb], verbose=0),
+                             pipelined.predict([xa, xb], verbose=0), atol=1e-6)

@@ -32,7 +32,7 @@ def test_train_decode_export_and_translate(tmp_path):
     result = json.load(f)
   assert set(result['metrics']) >= {'bleu_de-en', 'bleu_fr-en', 'bleu_es-en', 'bleu_ru-en', 'bleu_macro'}
   assert result['metrics']['num_sentences'] == 800
-  with open(os.path.join(logdir, 'decode_test', 'step_30', 'dev.ru-en.hyp'), encoding='utf-8') as f:
+  with open(os.path.join(logdir, 'decode_test', 'step_30', 'ru-en.hyp'), encoding='utf-8') as f:
     assert len(f.read().splitlines()) == 200
   with open(os.path.join(logdir, 'decode_test', 'step_30', 'metrics.json')) as f:
     assert json.load(f) == result  # The hypotheses and their metrics stay together.

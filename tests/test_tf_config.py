@@ -7,6 +7,7 @@ import pytest
 
 from lingpipe.core import errors
 from lingpipe.distributed import tf_config
+import trainer_test_util as util
 
 _CLUSTER = {'chief': ['127.0.0.1:2220'], 'worker': ['127.0.0.1:2221', '127.0.0.1:2222']}
 
@@ -25,21 +26,33 @@ def test_the_served_cluster_leaves_the_chief_out_and_the_task_comes_along():
 
 
 def test_a_worker_takes_cluster_job_and_task_from_tf_config_where_flags_are_absent():
-  assert tf_config.Resolve('lingpipe-worker', environ=_Env('worker', 1)) == ({'worker': _CLUSTER['worker']},
+  assert tf_config.Resolve(environ=_Env('worker', 1)) == ({'worker': _CLUSTER['worker']},
                                                                              'worker', 1)
   spec = 'worker=127.0.0.1:2221,127.0.0.1:2222'
-  assert tf_config.Resolve('lingpipe-worker', spec, None, 1, _Env('worker', 1))[2] == 1  # Agreeing: fine.
-  assert tf_config.Resolve('lingpipe-worker', spec, 'worker', 0, {}) == ({'worker': _CLUSTER['worker']}, 'worker', 0)
+  assert tf_config.Resolve(spec, None, 1, _Env('worker', 1))[2] == 1  # Agreeing: fine.
+  assert tf_config.Resolve(spec, 'worker', 0, {}) == ({'worker': _CLUSTER['worker']}, 'worker', 0)
 
 
 @pytest.mark.parametrize('flags,message', [
-    (dict(cluster_spec='worker=127.0.0.1:9999'), r'lingpipe-worker: --cluster_spec=\{"worker":\["127.0.0.1:9999"\]\} '
+    (dict(cluster_spec='worker=127.0.0.1:9999'), r'^--cluster_spec=\{"worker":\["127.0.0.1:9999"\]\} '
      r'and TF_CONFIG \(\{"worker":\["127.0.0.1:2221","127.0.0.1:2222"\]\}\) disagree; give one of them'),
     (dict(task=0), r'--task=0 and TF_CONFIG \(1\) disagree'),
     (dict(job='ps'), r'--job="ps" and TF_CONFIG \("worker"\) disagree')])
 def test_a_flag_that_disagrees_with_tf_config_is_one_line(flags, message):
   with pytest.raises(errors.ConfigError, match=message):
-    tf_config.Resolve('lingpipe-worker', environ=_Env('worker', 1), **flags)
+    tf_config.Resolve(environ=_Env('worker', 1), **flags)
+
+
+@pytest.mark.parametrize('task_type,index,cluster,message', [
+    ('chief', 1, None, r"^TF_CONFIG's task is chief:1, but its cluster has 1 chief task \(index 0 to 0\)\.$"),
+    ('chief', 0, {'worker': _CLUSTER['worker']}, r"^TF_CONFIG's task is chief:0, but its cluster has no 'chief' job "
+     r"\(jobs: worker\)\.$"),
+    ('worker', 2, None, r"^TF_CONFIG's task is worker:2, but its cluster has 2 worker tasks \(index 0 to 1\)\.$"),
+    ('wroker', 0, None, r"no 'wroker' job \(jobs: chief, worker\)\. Did you mean: worker\?"),
+    ('evaluator', 0, None, r"no 'evaluator' job")])
+def test_a_task_that_is_not_in_the_cluster_is_one_line(task_type, index, cluster, message):
+  with pytest.raises(errors.ConfigError, match=message):
+    tf_config.Read(_Env(task_type, index, cluster))
 
 
 @pytest.mark.parametrize('text,message', [
@@ -62,6 +75,18 @@ def test_the_trainer_is_the_chief_a_client_or_a_worker_task_that_serves():
   assert tf_config.ForTrainer(environ={}) == (None, None)  # Local devices.
   with pytest.raises(errors.ConfigError, match=r'TF_CONFIG names this task evaluator:0; the trainer runs as the '
                      r'chief'):
-    tf_config.ForTrainer(environ=_Env('evaluator', 0))
+    tf_config.ForTrainer(environ=_Env('evaluator', 0, dict(_CLUSTER, evaluator=['127.0.0.1:2230'])))
   with pytest.raises(errors.ConfigError, match=r'--task=0 and TF_CONFIG \(worker:1\) disagree'):
     tf_config.ForTrainer(task=0, environ=_Env('worker', 1))
+
+
+@pytest.mark.parametrize('environ,expected', [
+    (_Env('ps', 0, dict(_CLUSTER, ps=['127.0.0.1:2240'])), "TF_CONFIG names this task ps:0; the trainer runs as the "
+     "chief"),
+    (_Env('worker', 1), '--cluster_spec={"worker":["127.0.0.1:9"]} and TF_CONFIG ('),
+])
+def test_the_trainers_tf_config_errors_name_the_binary_once(capsys, monkeypatch, environ, expected):
+  monkeypatch.setenv('TF_CONFIG', environ['TF_CONFIG'])
+  flags = ['--cluster_spec=worker=127.0.0.1:9'] if expected.startswith('--cluster_spec') else []
+  line = util.Error(capsys, '--model=synthetic.Mlp', '--mode=inspect', *flags)
+  assert line.startswith(expected), line  # util.Error checked the one 'lingpipe-train: error: ' before it.

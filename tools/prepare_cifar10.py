@@ -117,8 +117,7 @@ def WriteShards(splits, out_dir, num_shards):
           for i in range(s, len(images), shards):
             writer.write(_Example(images[i], labels[i]))
       print('%s: %d examples in %d shards' % (split, len(images), shards))
-    with open(os.path.join(tmp, MARKER), 'w', encoding='utf-8') as f:
-      f.write('CIFAR-10 TFRecords written by tools/prepare_cifar10.py.\n')
+    safe_write.WriteMarker(tmp, MARKER, 'CIFAR-10 TFRecords written by tools/prepare_cifar10.py.')
 
 
 def main(argv=None):

@@ -68,8 +68,8 @@ def Prepare(source, out_dir, num_shards, label_offset=0, out=sys.stdout):
             writer.write(_Example(encoded, labels[i] + label_offset, names[labels[i]]))
       counts[split] = len(paths)
       print('%s: %d images of %d classes in %d shards' % (split, len(paths), len(names), shards), file=out)
-    with open(os.path.join(tmp, MARKER), 'w', encoding='utf-8') as f:
-      f.write('TFRecords of %s, written by tools/prepare_imagenet.py.\n' % os.path.abspath(source))
+    safe_write.WriteMarker(tmp, MARKER, 'TFRecords of %s, written by tools/prepare_imagenet.py.' % (
+        os.path.abspath(source)))
   return counts
 
 
@@ -87,8 +87,8 @@ def WriteSampleTree(out_dir):
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, '%05d.jpg' % i), 'wb') as f:
           f.write(tf.io.encode_jpeg(image, quality=95).numpy())
-    with open(os.path.join(tmp, MARKER), 'w', encoding='utf-8') as f:
-      f.write('The bundled CIFAR-10 sample as an ImageNet-format tree, written by tools/prepare_imagenet.py.\n')
+    safe_write.WriteMarker(tmp, MARKER, 'The bundled CIFAR-10 sample as an ImageNet-format tree, written by '
+                           'tools/prepare_imagenet.py.')
 
 
 def main(argv=None):

@@ -54,6 +54,18 @@ def CpuFeatures(cpuinfo='/proc/cpuinfo'):
   return model, [name for flag, name in _BF16_FEATURES if flag in flags]
 
 
+def OneDnnRunsBfloat16(cpuinfo='/proc/cpuinfo'):
+  """Whether bfloat16 matrix ops run oneDNN's kernels (float32 accumulation, no float32 copies of the operands):
+  oneDNN on and a CPU with AVX-512. Elsewhere TensorFlow falls back to Eigen's bfloat16 kernels, whose rounding
+  and temporaries differ (imports TensorFlow)."""
+  try:
+    with open(cpuinfo) as f:
+      avx512 = ' avx512f' in f.read()
+  except OSError:
+    avx512 = False
+  return avx512 and OneDnnEnabled()
+
+
 def DescribeCpu():
   """'AMD EPYC, 2 cores, AVX512-BF16 (no AMX), oneDNN on': the line a benchmark prints before its figures."""
   model, features = CpuFeatures()

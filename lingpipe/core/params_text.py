@@ -4,6 +4,8 @@
 import ast
 import enum
 import importlib
+import io
+import tokenize
 
 import tensorflow as tf
 
@@ -49,8 +51,8 @@ def EncodeValue(value):
                            % (value, type(value).__name__))
 
 
-def DecodeValue(text):
-  """Parses a text value without knowing its expected type."""
+def DecodeValue(text, key=None):
+  """Parses a text value without knowing its expected type (`key`: the param it is for, named in errors)."""
   text = text.strip()
   if text.startswith('tf.'):
     try:
@@ -69,9 +71,34 @@ def DecodeValue(text):
       raise errors.ConfigError('Enum %s has no member %r.%s' % (qualname, member, errors.DidYouMean(
           member, cls.__members__))) from e
   try:
-    return ast.literal_eval(text)
+    value = ast.literal_eval(text)
   except (ValueError, SyntaxError):
     return text  # An unquoted string.
+  joined = _AdjacentStrings(text)
+  if joined:
+    raise errors.ConfigError('%s %s: the strings %s stand side by side, which Python would join into one (%r); put '
+                             'a comma between list items, or write one string.' % (
+                                 'Param %s: value' % key if key else 'Params value', text, ' '.join(joined),
+                                 ''.join(ast.literal_eval(t) for t in joined)))
+  return value
+
+
+def _AdjacentStrings(text):
+  """The first run of string literals in `text` with nothing between them ('a' 'b': a missing comma), or []."""
+  try:
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
+              if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENDMARKER)]
+  except (tokenize.TokenError, SyntaxError):
+    return []
+  run = []
+  for token in tokens:
+    if token.type == tokenize.STRING:
+      run.append(token.string)
+      continue
+    if len(run) > 1:
+      return run
+    run = []
+  return run if len(run) > 1 else []
 
 
 def _TypeName(value):
@@ -102,15 +129,15 @@ def ConvertTextValue(key, current, text):
       return cls[name]
     raise Fail()
   if isinstance(current, tf.DType):
-    name = DecodeValue(raw) if raw[:1] in ('"', "'") else raw  # tf.bfloat16, bfloat16 or 'bfloat16'.
+    name = DecodeValue(raw, key) if raw[:1] in ('"', "'") else raw  # tf.bfloat16, bfloat16 or 'bfloat16'.
     try:
       return tf.as_dtype(name[3:] if name.startswith('tf.') else name)
     except TypeError:
       raise Fail() from None
   if isinstance(current, str):
-    value = DecodeValue(raw)
+    value = DecodeValue(raw, key)
     return value if isinstance(value, str) else raw
-  value = DecodeValue(raw)
+  value = DecodeValue(raw, key)
   if current is None:
     return value
   if isinstance(current, bool):

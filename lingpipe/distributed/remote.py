@@ -13,10 +13,10 @@ two tasks' addresses swapped, is used without complaint). So `Connect` first:
   2. reads each worker's identity -- the cluster spec, job and task it was started with, which lingpipe-worker
      publishes as a string resource on its own CPU device -- through a TensorFlow op on that worker, under a
      timeout, and refuses a worker whose identity disagrees with the trainer's spec.
-While training, a `Watchdog` notices a step that makes no progress for `cluster.timeout_s` (a worker that hangs or
-whose host is unreachable), finds which tasks do not answer, and stops the trainer with their names; a worker that
-dies fails the step at once (gRPC reports the closed connection) and `Diagnose` names it the same way. Checkpoints
-are written by the trainer process (`io_device`), so a rerun resumes from the last one.
+While training, a `Watchdog` notices a step that makes no progress (a worker that hangs, is stopped or whose host is
+unreachable), finds which tasks do not answer, and stops the trainer with their names within `cluster.timeout_s`; a
+worker that dies fails the step at once (gRPC reports the closed connection) and `Diagnose` names it the same way.
+Checkpoints are written by the trainer process (`io_device`), so a rerun resumes from the last one.
 """
 
 import json
@@ -76,8 +76,17 @@ def CheckTask(spec, job, task):
         task, job, len(spec[job]), len(spec[job]) - 1))
 
 
+_IDENTITY_KEYS = ('cluster_spec', 'job', 'task')  # What must match the trainer's spec; pid and host say where.
+
+
 def IdentityText(spec, job, task):
-  return json.dumps({'cluster_spec': SpecText(spec), 'job': job, 'task': task})
+  """What a worker publishes about itself: its place in the cluster, and its process (named when it stops)."""
+  return json.dumps({'cluster_spec': SpecText(spec), 'job': job, 'task': task, 'pid': os.getpid(),
+                     'host': socket.gethostname()})
+
+
+def _Place(identity):
+  return {k: identity.get(k) for k in _IDENTITY_KEYS}
 
 
 def _IdentityHandle(job, task):
@@ -147,12 +156,14 @@ def WorkerCommand(spec, job, task):
 
 
 class RemoteCluster(cluster.Cluster):
-  """A Cluster whose devices are on the workers of `job`; knows their addresses for error messages."""
+  """A Cluster whose devices are on the workers of `job`; knows their addresses (and, from their identities, their
+  processes) for error messages."""
 
-  def __init__(self, devices, spec, job, own_task, io_device, timeout_s):
+  def __init__(self, devices, spec, job, own_task, io_device, timeout_s, identities=None):
     super().__init__(devices, remote_job=job)
     self.spec, self.job, self.own_task = spec, job, own_task
     self._io_device, self.timeout_s = io_device, timeout_s
+    self.identities = identities or {}
 
   @property
   def io_device(self):
@@ -163,20 +174,46 @@ class RemoteCluster(cluster.Cluster):
     return [(t, a) for t, a in enumerate(self.spec[self.job]) if t != self.own_task]
 
   def Diagnose(self, timeout_s=None):
-    """[(task, address, problem)] for the workers that do not answer now (TCP, then a TensorFlow op)."""
+    """[(task, address, problem)] for the workers that do not answer now: each is probed at once (TCP, then a
+    TensorFlow op), so the answer comes within about `timeout_s` however many there are."""
     timeout_s = min(self.timeout_s, 30.0) if timeout_s is None else timeout_s
-    problems = []
-    for task, address in self.Tasks():
+    results = {}
+
+    def Probe(task, address):
       problem = _TcpProblem(address, min(timeout_s, TCP_TIMEOUT_S))
       if problem is None:
-        finished, _, error = _WithTimeout(lambda t=task: _ReadIdentity(self.job, t), timeout_s)
+        finished, _, error = _WithTimeout(lambda: _ReadIdentity(self.job, task), timeout_s)
         if not finished:
           problem = 'no answer to a TensorFlow op within %g s' % timeout_s
         elif error is not None:
           problem = ErrorSummary(error)
       if problem:
-        problems.append((task, address, problem))
-    return problems
+        results[task] = (task, address, self._ProcessState(task) or problem)
+
+    threads = [threading.Thread(target=Probe, args=ta, daemon=True) for ta in self.Tasks()]
+    for thread in threads:
+      thread.start()
+    for thread in threads:
+      thread.join()
+    return [results[t] for t in sorted(results)]
+
+  def _ProcessState(self, task):
+    """What the worker's process is doing, where it runs on this host and has stopped or ended; else None."""
+    identity = self.identities.get(task) or {}
+    pid = identity.get('pid')
+    if not isinstance(pid, int) or identity.get('host') != socket.gethostname():
+      return None
+    try:
+      with open('/proc/%d/stat' % pid) as f:
+        state = f.read().rsplit(')', 1)[1].split()[0]
+    except (OSError, IndexError):
+      return 'its process (pid %d on this host) has ended' % pid
+    if state in ('T', 't'):
+      return ('unresponsive: its process (pid %d on this host) is stopped (SIGSTOP, Ctrl-Z or a debugger); '
+              '`kill -CONT %d` lets it go on' % (pid, pid))
+    if state in ('Z', 'X'):
+      return 'its process (pid %d on this host) has ended' % pid
+    return None
 
   def FailureMessage(self, problems, what, resume_hint):
     names = '; '.join('worker %s at %s: %s' % (TaskName(self.job, t), a, p) for t, a, p in problems)
@@ -237,7 +274,7 @@ def Connect(spec, params, num_splits, own_task=None):
   else:
     tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec), job_name=job, task_index=own_task)
     io_device = '%s/device:CPU:0' % TaskName(job, own_task)
-  expected = SpecText(spec)
+  expected, identities = SpecText(spec), {}
   for task, address in enumerate(spec[job]):
     if task == own_task:
       continue
@@ -253,7 +290,8 @@ def Connect(spec, params, num_splits, own_task=None):
                                   'check). Start it with: %s' % (where, WorkerCommand(spec, job, task))) from error
       raise errors.ClusterError('%s failed a check: %s' % (where, ErrorSummary(error))) from error
     theirs = json.loads(identity)
-    if theirs != json.loads(IdentityText(spec, job, task)):
+    identities[task] = theirs
+    if _Place(theirs) != _Place(json.loads(IdentityText(spec, job, task))):
       raise errors.ClusterError(
           '%s was started for another cluster: it is /job:%s/task:%d of %s, but this trainer\'s --cluster_spec '
           'makes it /job:%s/task:%d of %s. Restart the workers with the trainer\'s cluster spec (%s) or fix the '
@@ -261,14 +299,16 @@ def Connect(spec, params, num_splits, own_task=None):
                            WorkerCommand(spec, job, task)))
   slots = cluster.RemoteSlots(job, params.device_type, params.devices_per_task)
   mesh = cluster.Cluster.FromParams(params, num_splits, slots, remote_job=job)
-  return RemoteCluster(mesh.devices, spec, job, own_task, io_device, params.timeout_s)
+  return RemoteCluster(mesh.devices, spec, job, own_task, io_device, params.timeout_s, identities)
 
 
 class Watchdog:
-  """Stops the process when no `Beat()` comes for timeout_s while armed: names the workers that do not answer.
+  """Stops the process when no `Beat()` comes for timeout_s while armed, naming the workers that do not answer.
 
-  A step waiting on a hung worker cannot be cancelled, so the watchdog prints the error and exits the process
-  (status 1); checkpoints are written atomically, so the rerun resumes from the last good one.
+  Halfway through the timeout it starts probing the workers (RemoteCluster.Diagnose, for the other half), so a
+  frozen worker is named within timeout_s of the last progress. A step waiting on a hung worker cannot be cancelled,
+  so the watchdog prints the error and exits the process (status 1); checkpoints are written atomically, so the
+  rerun resumes from the last good one.
   """
 
   def __init__(self, mesh, timeout_s, last_checkpoint_fn):
@@ -289,19 +329,22 @@ class Watchdog:
     self._last = time.time()
 
   def _Run(self):
-    while not self._stop.wait(min(1.0, self.timeout_s / 4)):
-      stalled = time.time() - self._last
-      if stalled < self.timeout_s:
+    half = self.timeout_s / 2
+    probe_after = 0.0  # After an all-clear: when to probe again.
+    while not self._stop.wait(min(1.0, self.timeout_s / 8)):
+      last, now = self._last, time.time()
+      if now < max(last + half, probe_after):
         continue
-      problems = self.mesh.Diagnose()
-      if self._stop.is_set():
-        return
-      if not problems:  # Everyone answers: a slow step, not a dead worker. Keep waiting.
-        self._last = time.time()
+      # The first probe gets the rest of the timeout; a later one (after an all-clear) at least half a timeout.
+      problems = self.mesh.Diagnose(max(last + self.timeout_s - now - 1.0, min(half, 10.0)))
+      if self._stop.is_set() or self._last != last:
+        continue  # Progress meanwhile: the step was slow, not stuck.
+      if not problems:  # Everyone answers: a slow step, not a dead worker. Keep waiting, and probe again.
+        probe_after = time.time() + min(half, 5.0)
         continue
       latest = self.last_checkpoint_fn()
       message = self.mesh.FailureMessage(
-          problems, 'No training progress for %d s (cluster.timeout_s=%g)' % (stalled, self.timeout_s),
+          problems, 'No training progress for %d s (cluster.timeout_s=%g)' % (time.time() - last, self.timeout_s),
           ' to resume from %s' % latest if latest else ' (no checkpoint was written yet)')
       print('lingpipe-train: error: %s' % message, file=sys.stderr, flush=True)
       os._exit(1)  # pylint: disable=protected-access

@@ -49,16 +49,26 @@ def Read(environ=None):
       index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0)):
     raise errors.ConfigError('TF_CONFIG\'s task %s: expected {"type": a job name, "index": an integer >= 0}.' % (
         json.dumps(task),))
+  jobs = config['cluster']
+  if task_type is not None and task_type not in jobs:
+    raise errors.ConfigError('TF_CONFIG\'s task is %s:%s, but its cluster has no %r job (jobs: %s).%s' % (
+        task_type, index, task_type, ', '.join(sorted(jobs)), errors.DidYouMean(task_type, sorted(jobs))))
+  if task_type is not None and index is not None and not (
+      isinstance(jobs[task_type], list) and index < len(jobs[task_type])):
+    count = len(jobs[task_type]) if isinstance(jobs[task_type], list) else 0
+    raise errors.ConfigError('TF_CONFIG\'s task is %s:%d, but its cluster has %d %s task%s (%s).' % (
+        task_type, index, count, task_type, '' if count == 1 else 's',
+        'index 0 to %d' % (count - 1) if count else 'none'))
   return TfConfig(spec, task_type, index)
 
 
-def Resolve(binary, cluster_spec=None, job=None, task=None, environ=None):
+def Resolve(cluster_spec=None, job=None, task=None, environ=None):
   """(spec or None, job or None, task or None) a binary runs with: its flags (None where not given), each filled
   from TF_CONFIG where the flag is absent; a flag and TF_CONFIG that disagree are a one-line ConfigError."""
-  return _Merged(binary, Read(environ), cluster_spec, job, task)
+  return _Merged(Read(environ), cluster_spec, job, task)
 
 
-def _Merged(binary, config, cluster_spec, job, task):
+def _Merged(config, cluster_spec, job, task):
   """Resolve's answer for the TfConfig `config` (or None)."""
   spec = remote.ParseClusterSpec(cluster_spec) if cluster_spec else None
   if config is None:
@@ -67,8 +77,8 @@ def _Merged(binary, config, cluster_spec, job, task):
                                    ('--task', task, config.task_index)):
     if given is not None and from_config is not None and given != from_config:
       shown = remote.SpecText if flag == '--cluster_spec' else json.dumps
-      raise errors.ConfigError('%s: %s=%s and TF_CONFIG (%s) disagree; give one of them (unset TF_CONFIG or drop '
-                               'the flag).' % (binary, flag, shown(given), shown(from_config)))
+      raise errors.ConfigError('%s=%s and TF_CONFIG (%s) disagree; give one of them (unset TF_CONFIG or drop the '
+                               'flag).' % (flag, shown(given), shown(from_config)))
   return (spec or config.spec, job if job is not None else config.task_type,
           task if task is not None else config.task_index)
 
@@ -78,14 +88,14 @@ def ForTrainer(cluster_spec=None, task=None, job='worker', environ=None):
   chief (or with no task named) it is a client of the workers; as task i of `job` (cluster.job, the job that holds
   the pipelines) it serves that task's devices too, as --task=i does."""
   config = Read(environ)
-  spec, task_type, own = _Merged('lingpipe-train', config, cluster_spec, None, None)
+  spec, task_type, own = _Merged(config, cluster_spec, None, None)
   if config is None or task_type in (None, 'chief'):
     return spec, task
   if task_type != job:
-    raise errors.ConfigError('lingpipe-train: TF_CONFIG names this task %s:%s; the trainer runs as the chief (a '
+    raise errors.ConfigError('TF_CONFIG names this task %s:%s; the trainer runs as the chief (a '
                              'client of the workers) or as a task of job %r, which holds the pipelines.' % (
                                  task_type, own, job))
   if task is not None and task != own:
-    raise errors.ConfigError('lingpipe-train: --task=%d and TF_CONFIG (%s:%s) disagree; give one of them (unset '
+    raise errors.ConfigError('--task=%d and TF_CONFIG (%s:%s) disagree; give one of them (unset '
                              'TF_CONFIG or drop the flag).' % (task, task_type, own))
   return spec, own

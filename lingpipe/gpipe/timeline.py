@@ -368,5 +368,5 @@ def DrawGantt(events, path, title=''):
       + ('weight gradients (green), ' if WEIGHT in shown else '')
   axes.set_title((title + '\n' if title else '') + kinds + 'idle (grey); measured bubble %s' % bubble, fontsize=9)
   figure.tight_layout()
-  figure.savefig(path, dpi=110)
+  figure.savefig(path, dpi=110, format='png')  # By name: `path` may be a temporary without the extension.
   pyplot.close(figure)

@@ -43,6 +43,8 @@ class Pipeline(keras.Model):
   num_replicas: R data-parallel replicas of the K-device pipeline, each fed 1/R of every batch, on R x K devices:
     `devices` as R lists of K (local or a cluster's), or by default the first R x K local devices, replica by
     replica. The gradients are those of the whole batch, as with R=1.
+  input_names: the names of a model's several inputs, in the order a list of inputs gives them (default: a
+    functional model's own; set for a list of units whose first takes a dict).
   balance: how units are placed in cells (PipeliningLayer's balance). Default: 'flops' (each unit's estimated
     forward flops) where the input shape is known, else 'uniform' (unit counts). A Keras model often starts with
     weightless layers (Rescaling, Flatten) that counting would give a cell of their own.
@@ -50,13 +52,17 @@ class Pipeline(keras.Model):
 
   def __init__(self, model, num_splits=1, num_micro_batches=1, remat='always', schedule='gpipe', virtual_stages=1,
                balance=None, devices=None, cut_at=None, input_shape=None, batch_size=None, num_replicas=1,
-               name=None, **kwargs):
+               name=None, input_names=None, **kwargs):
     placement.RefuseStrategyScope('build')
     super().__init__(name=name or 'pipeline', **kwargs)
     given_devices, devices = devices, placement.Mesh(devices, num_replicas, num_splits)  # Saved as given (get_config).
     # compile() scales the loss of a mixed_float16 model (or list of layers), as Keras compiles such a model.
     self._mixed_float16 = any(getattr(getattr(m, 'dtype_policy', None), 'name', '') == 'mixed_float16'
                               for m in (model if isinstance(model, (list, tuple)) else [model]))
+    # A functional model of several inputs takes them as a list in this order, as Keras does (or as a dict).
+    if cut.IsFunctional(model) and len(model.inputs) > 1:
+      input_names = [t.name for t in model.inputs]
+    self._input_names = input_names
     units = cut.Units(model, cut_at)
     if input_shape is not None and units[0][1] is None:  # The model's own input shape wins.
       units[0] = (units[0][0], input_shape)
@@ -66,7 +72,7 @@ class Pipeline(keras.Model):
     self._config = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
                         schedule=schedule, virtual_stages=virtual_stages, balance=balance,
                         devices=devices if given_devices else None,
-                        batch_size=batch_size, num_replicas=num_replicas)
+                        batch_size=batch_size, num_replicas=num_replicas, input_names=self._input_names)
     self._config['input_shape'] = _ParamsShape(shapes[0]) if shapes[0] is not None else None
     params = pipelining_layer.PipeliningLayer.Params().Set(
         name=self.name, num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
@@ -153,11 +159,13 @@ class Pipeline(keras.Model):
 
   def call(self, inputs, training=False):
     training = bool(training)
-    inputs = keras_layer.ToLingpipe(_Tensors(inputs))
+    inputs = keras_layer.ToLingpipe(_Tensors(self._NamedInputs(inputs)))
     self._CheckInputShape(inputs)
     rows = tf.nest.flatten(inputs)[0].shape[0]
     if rows is not None and self._batch_size is None:
       self._batch_size = rows
+    if training:  # Training does not pad: the batch must split into equal micro-batches.
+      self.CheckBatch(rows)
     real_rows = None
     # Micro-batching needs a static batch: pad to the batch size, drop the pad rows after (export does not split).
     if rows is None and not context.IsExporting():
@@ -177,6 +185,34 @@ class Pipeline(keras.Model):
     if real_rows is not None:
       outputs = tf.nest.map_structure(lambda t: t[:real_rows], outputs)
     return keras_layer.ToKeras(outputs)
+
+  def _NamedInputs(self, inputs):
+    """A list or tuple of inputs as the dict the first cell takes, for a model of several inputs (Keras's order);
+    anything else as it is. A count that does not match is one line."""
+    if not isinstance(inputs, (list, tuple)):
+      return inputs
+    names = self._input_names
+    if names and len(inputs) == len(names):
+      return dict(zip(names, inputs))
+    raise errors.ConfigError(
+        'lingpipe.keras.Pipeline %r: the model takes %s, and got a %s of %d. Feed %s.' % (
+            self.name, '%d inputs (%s)' % (len(names), ', '.join(names)) if names else 'one input tensor',
+            type(inputs).__name__, len(inputs),
+            'a list in that order or a dict by those names' if names else 'one array or tensor'))
+
+  def CheckBatch(self, rows, where='a batch'):
+    """A ConfigError unless `rows` (a static batch size) splits into equal micro-batches on every replica."""
+    m, r = self.pipeline.params.num_micro_batches, self.pipeline.num_replicas
+    if rows is None or rows % (m * r) == 0:
+      return
+    multiples = [k * m * r for k in (rows // (m * r), rows // (m * r) + 1) if k]
+    counts = [d for d in range(1, rows // r + 1) if rows % r == 0 and (rows // r) % d == 0]
+    raise errors.ConfigError(
+        'lingpipe.keras.Pipeline %r: %s of %d rows does not split into num_micro_batches=%d equal micro-batches%s. '
+        'Use a batch size that is a multiple of %d (e.g. %s)%s.' % (
+            self.name, where, rows, m, ' on each of num_replicas=%d' % r if r > 1 else '', m * r,
+            ' or '.join(map(str, multiples)),
+            ', or num_micro_batches of %s' % ', '.join(map(str, counts)) if counts else ''))
 
   def _CheckInputShape(self, inputs):
     """A clear error for inputs of another shape than the model was built for (beyond the batch dimension)."""
@@ -205,7 +241,7 @@ class Pipeline(keras.Model):
     if not self.pipeline.NeedsLoss():
       return super().train_step(data)
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-    x = keras_layer.ToLingpipe(_Tensors(x))
+    x = keras_layer.ToLingpipe(_Tensors(self._NamedInputs(x)))
     if tf.nest.flatten(x)[0].shape[0] is None:
       raise errors.ConfigError(
           'lingpipe.keras.Pipeline %r: schedule %r trains on batches of one static size, and Keras left this '
@@ -313,7 +349,7 @@ class Pipeline(keras.Model):
   # the batch_size argument then (Keras's default, 32, for arrays).
   def fit(self, x=None, y=None, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
     placement.RefuseStrategyScope('fit')
-    self._NoteBatchSize(batch_size, x)
+    self._NoteBatchSize(batch_size, x, training=True)
     return super().fit(x, y, batch_size, *args, **kwargs)
 
   def evaluate(self, x=None, y=None, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
@@ -324,11 +360,20 @@ class Pipeline(keras.Model):
     self._NoteBatchSize(batch_size, x)
     return super().predict(x, batch_size, *args, **kwargs)
 
-  def _NoteBatchSize(self, batch_size, x):
+  def _NoteBatchSize(self, batch_size, x, training=False):
+    """Remembers the largest batch size (padding, above). Before Keras traces anything: a wrong number of inputs
+    and, in training (which does not pad), a batch that M does not divide are one line here, not an error from
+    inside Keras's call."""
+    if isinstance(x, (list, tuple)):
+      self._NamedInputs(x)
+    if training and isinstance(x, tf.data.Dataset):
+      self.CheckBatch(tf.nest.flatten(x.element_spec)[0].shape[0], "the dataset's batch")
     if batch_size is None:
       if x is None or not isinstance(tf.nest.flatten(x)[0], (np.ndarray, tf.Tensor)):
         return  # A dataset or generator batches itself.
       batch_size = 32  # Keras's default for arrays.
+    if training:
+      self.CheckBatch(batch_size, 'batch_size')
     if self._batch_size is None or batch_size > self._batch_size:
       self._batch_size = batch_size
       # Step functions traced for a smaller size would pad to it: trace them again.

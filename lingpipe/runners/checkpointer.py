@@ -33,7 +33,10 @@ CORRUPT_DIR = 'corrupt'
 INDEX_FILE = 'checkpoint'
 _CHECKPOINT_INDEX = re.compile(r'^(.+)-(\d+)\.index$')
 _DATA_SHARD = re.compile(r'\.data-(\d+)-of-(\d+)$')
+_CHECKPOINT_FILE = re.compile(r'^\.(index|data-\d+-of-\d+)$')
 _TEMP_CHECKPOINT = re.compile(r'^ckpt-\d+_temp$')
+# TensorFlow writes the index as `checkpoint.tmp<uuid hex>` and renames it (file_io.atomic_write_string_to_file).
+_TEMP_INDEX = re.compile(r'^checkpoint\.tmp[0-9a-f]{32}$')
 _VALUE_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
 
 
@@ -166,12 +169,20 @@ def RecoverParams(logdir):
 
 
 def RemoveTemporaryCheckpoints(train_dir):
-  """Removes the ckpt-N_temp folders of saves that were killed (only the lock holder writes train/)."""
+  """Removes what TensorFlow's killed saves left: ckpt-N_temp folders and the index's checkpoint.tmp<hex> files
+  (only the lock holder writes train/, so none is a live save's)."""
   if not os.path.isdir(train_dir):
     return []
-  removed = [f for f in os.listdir(train_dir) if _TEMP_CHECKPOINT.match(f)]
-  for name in removed:
-    shutil.rmtree(os.path.join(train_dir, name), ignore_errors=True)
+  removed = []
+  for name in sorted(os.listdir(train_dir)):
+    path = os.path.join(train_dir, name)
+    if _TEMP_CHECKPOINT.match(name) and os.path.isdir(path) and not os.path.islink(path):
+      shutil.rmtree(path, ignore_errors=True)
+    elif _TEMP_INDEX.match(name) and os.path.isfile(path) and not os.path.islink(path):
+      os.remove(path)
+    else:
+      continue
+    removed.append(name)
   return removed
 
 
@@ -184,11 +195,12 @@ def Options():
 
 # -- what is on disk ---------------------------------------------------------------------------------------------
 def CheckpointFiles(prefix):
-  """The files of checkpoint `prefix` (its .index and data shards), sorted."""
+  """The files of checkpoint `prefix` (its .index and data shards, nothing else of the same name), sorted."""
   directory, name = os.path.split(prefix)
   if not os.path.isdir(directory):
     return []
-  return sorted(os.path.join(directory, f) for f in os.listdir(directory) if f.startswith(name + '.'))
+  return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                if f.startswith(name + '.') and _CHECKPOINT_FILE.match(f[len(name):]))
 
 
 def Step(prefix):

@@ -9,7 +9,38 @@ import tensorflow as tf
 from lingpipe.core import errors
 from lingpipe.runners import batch_function
 from lingpipe.runners import evaler
+from lingpipe.runners import replaceable
 from lingpipe.runners import safe_write
+
+METRICS_FILE = 'metrics.json'
+
+
+def _DecodeWrote(step_dir):
+  """A predicate (relative path, is_dir) -> whether a decode writes that path into `step_dir`: metrics.json and
+  the files it lists (the hypotheses; *.hyp for a decode that did not list them)."""
+  try:
+    with open(os.path.join(step_dir, METRICS_FILE), encoding='utf-8') as f:
+      listed = json.load(f).get('files')
+  except (OSError, ValueError, AttributeError):
+    listed = None
+
+  def Wrote(relative, is_dir):
+    if is_dir:
+      return False
+    if relative == METRICS_FILE:
+      return True
+    return relative in listed if isinstance(listed, list) else os.sep not in relative and relative.endswith('.hyp')
+
+  return Wrote
+
+
+def CheckStepDir(step_dir):
+  """Raises a ConfigError unless `step_dir` is missing, empty or an earlier decode holding nothing else."""
+  if os.path.isdir(step_dir) and os.listdir(step_dir):
+    replaceable.CheckOnlyOwn(step_dir, _DecodeWrote(step_dir), 'an earlier decode')
+  elif os.path.lexists(step_dir) and not os.path.isdir(step_dir):
+    raise errors.FileSystemError('%s is a file, where the decode\'s folder goes; nothing was written. Move it '
+                                 'aside.' % step_dir)
 
 
 def Decode(p, logdir, checkpoint_path=None, out=None):
@@ -33,14 +64,16 @@ def Decode(p, logdir, checkpoint_path=None, out=None):
   if signature:
     print('Signature: %s' % signature, file=out, flush=True)
   decode_dir = os.path.join(logdir, 'decode_%s' % p.dataset.lower())
-  result = dict(model=p.model, dataset=p.dataset, checkpoint=path, step=step, metrics=metrics, signature=signature)
+  result = dict(model=p.model, dataset=p.dataset, checkpoint=path, step=step, metrics=metrics, signature=signature,
+                files=sorted(files))
   # The hypotheses and their metrics, as one folder that replaces an earlier decode's whole.
   step_dir = os.path.join(decode_dir, 'step_%d' % step)
+  CheckStepDir(step_dir)
   with safe_write.AtomicDirectory(step_dir, 'decode output') as tmp:
     for name, text in files.items():
       with open(os.path.join(tmp, name), 'w', encoding='utf-8') as f:
         f.write(text)
-    with open(os.path.join(tmp, 'metrics.json'), 'w', encoding='utf-8') as f:
+    with open(os.path.join(tmp, METRICS_FILE), 'w', encoding='utf-8') as f:
       f.write(json.dumps(result, indent=2, sort_keys=True))
   written = evaler.WriteResults(decode_dir, result, 'decode')
   print('Wrote %s and hypotheses in %s' % (written, step_dir), file=out, flush=True)

@@ -6,16 +6,22 @@ a model's base folder by its integer version subfolders (the highest by default)
 """
 
 import os
+import re
 
+from google.protobuf import message
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core import serving
 from lingpipe.runners import checkpointer
 from lingpipe.runners import evaler
+from lingpipe.runners import replaceable
 from lingpipe.runners import safe_write
 from lingpipe.runners import temporaries
+
+EXPORT_DIR = 'export'
 
 
 def _SignatureFunction(fn, spec):
@@ -44,38 +50,92 @@ def _Logdirs(path):
     current = parent
 
 
-def CheckTarget(export_dir, model):
+_VARIABLES_FILE = re.compile(r'^variables\.(index|data-\d{5}-of-\d{5})$')
+
+
+def _AssetFiles(export_dir):
+  """The asset file names a SavedModel's saved_model.pb names, or None if it does not read."""
+  proto = saved_model_pb2.SavedModel()
+  try:
+    with open(os.path.join(export_dir, 'saved_model.pb'), 'rb') as f:
+      proto.ParseFromString(f.read())
+  except (OSError, message.DecodeError):
+    return None
+  return {asset.filename for graph in proto.meta_graphs for asset in graph.asset_file_def}
+
+
+def ExportWrote(export_dir):
+  """A predicate (relative path, is_dir) -> whether an export writes that path into `export_dir`: the
+  SavedModel's files (saved_model.pb, fingerprint.pb, variables/, the assets its graph names) and params.txt."""
+  assets = _AssetFiles(export_dir) or set()
+
+  def Wrote(relative, is_dir):
+    parts = relative.split(os.sep)
+    if len(parts) == 1:
+      return parts[0] in ('variables', 'assets') if is_dir else parts[0] in _EXPORT_FILES
+    if len(parts) == 2 and not is_dir:
+      return (parts[0] == 'variables' and bool(_VARIABLES_FILE.match(parts[1]))) or (
+          parts[0] == 'assets' and parts[1] in assets)
+    return False
+
+  return Wrote
+
+
+_EXPORT_FILES = ('saved_model.pb', 'fingerprint.pb', checkpointer.PARAMS_FILE)
+
+
+def _IsExport(path):
+  return os.path.isfile(os.path.join(path, 'saved_model.pb'))
+
+
+def CheckTarget(export_dir, model, flag='--export_dir'):
   """Raises a UserError unless `export_dir` may receive an export of `model`: missing, an empty folder, or an
-  earlier lingpipe export of the same model (replaced whole). Nothing else is ever replaced, and no path in a
-  logdir's checkpoints (or the logdir itself) is used."""
+  earlier lingpipe export of the same model that holds nothing else (replaced whole). No logdir, nothing in a
+  logdir's checkpoints, the base folder of its exports and no path inside another export is used. Returns the
+  real path to write (a symlink's target: the link stays)."""
+  shown = '%s %s' % (flag, export_dir)
+  if os.path.islink(export_dir) and not os.path.exists(export_dir):
+    raise errors.FileSystemError('%s is a broken symlink (to %s); nothing was written. Give a folder, or a link to '
+                                 'one.' % (shown, os.readlink(export_dir)))
   real = os.path.realpath(export_dir)
   for logdir in _Logdirs(real):
     train_dir = os.path.join(logdir, checkpointer.TRAIN_DIR)
     if real == logdir or real == train_dir or real.startswith(train_dir + os.sep):
       where = ('the logdir of a training run (its params.txt and checkpoints)' if real == logdir
                else 'inside the checkpoints of the logdir %s' % logdir)
-      raise errors.ConfigError('--export_dir %s is %s; nothing was written. Export elsewhere, e.g. to the default '
-                               '%s.' % (export_dir, where, os.path.join(logdir, 'export', '<step>')))
-  if not os.path.lexists(export_dir):
-    return
-  if not os.path.isdir(export_dir):
-    raise errors.FileSystemError('--export_dir %s is a file, not a folder; nothing was written. Give a missing or '
-                                 'empty folder.' % export_dir)
+      raise errors.ConfigError('%s is %s; nothing was written. Export elsewhere, e.g. to the default %s.' % (
+          shown, where, os.path.join(logdir, EXPORT_DIR, '<step>')))
+    if real == os.path.join(logdir, EXPORT_DIR):
+      raise errors.ConfigError(
+          '%s is the base folder of the logdir\'s exports (TF Serving\'s model base path), where each export is a '
+          'version folder %s; nothing was written. Leave --export_dir out to export there, or give another '
+          'folder.' % (shown, os.path.join(export_dir, '<step>')))
+  above = os.path.dirname(real)
+  while above != os.path.dirname(above):
+    if _IsExport(above):
+      raise errors.ConfigError('%s is inside the export %s; nothing was written. Give a folder outside it.' % (
+          shown, above))
+    above = os.path.dirname(above)
+  if not os.path.lexists(real):
+    return real
+  if not os.path.isdir(real):
+    raise errors.FileSystemError('%s is a file, not a folder; nothing was written. Give a missing or empty '
+                                 'folder.' % shown)
   try:
-    entries = sorted(os.listdir(export_dir))
+    entries = sorted(os.listdir(real))
   except OSError as e:
-    raise errors.FileSystemError('Cannot read --export_dir %s: %s.' % (export_dir, e.strerror)) from e
+    raise errors.FileSystemError('Cannot read %s: %s.' % (shown, e.strerror)) from e
   if not entries:
-    return
-  recorded = checkpointer.RecordedModel(export_dir)
-  if 'saved_model.pb' in entries and recorded == model:
-    return
-  what = ('an export of another model (%s)' % recorded if 'saved_model.pb' in entries and recorded
-          else '%d entr%s (%s%s), not an earlier export of %s' % (
-              len(entries), 'y' if len(entries) == 1 else 'ies', ', '.join(entries[:5]),
-              ', ...' if len(entries) > 5 else '', model))
-  raise errors.ConfigError('--export_dir %s holds %s; nothing was written or deleted. Give a missing or empty '
-                           'folder.' % (export_dir, what))
+    return real
+  recorded = checkpointer.RecordedModel(real) if _IsExport(real) else None
+  if recorded == model:
+    replaceable.CheckOnlyOwn(real, ExportWrote(real), 'an earlier export of %s' % model, shown)
+    return real
+  what = ('an export of another model (%s)' % recorded if recorded
+          else '%d entr%s (%s), not an earlier export of %s' % (
+              len(entries), 'y' if len(entries) == 1 else 'ies', replaceable.Describe(entries), model))
+  raise errors.ConfigError('%s holds %s; nothing was written or deleted. Give a missing or empty folder.' % (
+      shown, what))
 
 
 def Export(p, logdir, export_dir=None, checkpoint_path=None, out=None):
@@ -86,8 +146,8 @@ def Export(p, logdir, export_dir=None, checkpoint_path=None, out=None):
   task, step, path = evaler.LoadTask(p, logdir, checkpoint_path, out=out)
   default = not export_dir
   if default:  # TF Serving's version folder: the step, known only now.
-    export_dir = os.path.join(logdir, 'export', str(step))
-    CheckTarget(export_dir, p.model)
+    export_dir = os.path.join(logdir, EXPORT_DIR, str(step))
+  target = CheckTarget(export_dir, p.model, 'The export folder' if default else '--export_dir')
   module = tf.Module()
   module.task = task
   # Objects the signatures use beyond the task's variables (e.g. a tokenizer's tables and its model file).
@@ -99,12 +159,13 @@ def Export(p, logdir, export_dir=None, checkpoint_path=None, out=None):
     function = _SignatureFunction(fn, spec)
     setattr(module, name, function)
     signatures[name] = function.get_concrete_function()
-  with safe_write.AtomicDirectory(export_dir, 'SavedModel') as tmp:
+  with safe_write.AtomicDirectory(target, 'SavedModel') as tmp:
     tf.saved_model.save(module, tmp, signatures=signatures)
     with open(os.path.join(tmp, checkpointer.PARAMS_FILE), 'w', encoding='utf-8') as f:
       f.write(p.ToText())  # Also what marks the folder as an export of this model (CheckTarget).
+  where = '%s (the link\'s target %s)' % (export_dir, target) if os.path.islink(export_dir) else export_dir
   print('Exported %s at step %d (from %s) to %s with signatures: %s' % (
-      p.model, step, path, export_dir, ', '.join(sorted(signatures))), file=out, flush=True)
+      p.model, step, path, where, ', '.join(sorted(signatures))), file=out, flush=True)
   if default:
     _LinkOldName(export_dir, step, out)
   return export_dir

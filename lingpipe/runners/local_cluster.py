@@ -132,11 +132,14 @@ class LocalCluster:
         remote.TaskName(self.job, task), self.ready_timeout_s, self.LogPath(task), self.Log(task)[-500:]))
 
   def StopWorker(self, task, sig=signal.SIGTERM, timeout_s=10.0):
-    """Sends `sig` to worker `task` and waits for it to exit (SIGKILL after timeout_s); returns its exit code."""
+    """Sends `sig` (and SIGCONT) to worker `task` and waits for it to exit (SIGKILL after timeout_s); returns its
+    exit code."""
     process = self.processes[task]
     if process is None or process.poll() is not None:
       return None if process is None else process.returncode
     process.send_signal(sig)
+    if sig != signal.SIGKILL:
+      process.send_signal(signal.SIGCONT)  # A stopped worker (SIGSTOP, Ctrl-Z) acts on the signal only once it runs.
     try:
       return process.wait(timeout_s)
     except subprocess.TimeoutExpired:

@@ -17,6 +17,7 @@ from lingpipe.distributed import cluster
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe import timeline
 from lingpipe.runners import checkpointer
+from lingpipe.runners import safe_write
 
 PROFILE_DIR = 'profile'
 
@@ -52,10 +53,10 @@ def Profile(p, logdir, steps=5, warmup=2, out=None):
   events = timeline.MedianRun(runs)
   step = int(global_step.numpy())
   directory = os.path.join(logdir, PROFILE_DIR)
-  os.makedirs(directory, exist_ok=True)
   png, trace = (os.path.join(directory, 'step_%d.%s' % (step, ext)) for ext in ('png', 'json'))
-  timeline.DrawGantt(events, png, '%s at step %d (the median of %d profiled steps)' % (p.model, step, steps))
-  timeline.WriteChromeTrace(events, trace)
+  title = '%s at step %d (the median of %d profiled steps)' % (p.model, step, steps)
+  safe_write.ReplaceAtomically(png, lambda tmp: timeline.DrawGantt(events, tmp, title), 'timeline chart')
+  safe_write.ReplaceAtomically(trace, lambda tmp: timeline.WriteChromeTrace(events, tmp), 'timeline trace')
   result = {}
   plans = recorder.Plans()
   explained = timeline.PlanWithMeasuredTimes(runs, events, plans)

@@ -17,6 +17,7 @@ import threading
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.runners import replaceable
 from lingpipe.runners import temporaries
 
 _UMASK_LOCK = threading.Lock()
@@ -101,7 +102,7 @@ def _Prepare(path, what):
   temporaries.RemoveLeftovers(directory)
 
 
-def _AtomicReplace(path, fill, what):
+def ReplaceAtomically(path, fill, what):
   """Lets fill(temporary path) write the file, then renames it to `path`."""
   _Prepare(path, what)
   tmp = temporaries.Name(path)
@@ -124,12 +125,12 @@ def AtomicWrite(path, text, what='file'):
     with open(tmp, 'x', encoding='utf-8') as f:
       f.write(text)
 
-  _AtomicReplace(path, Fill, what)
+  ReplaceAtomically(path, Fill, what)
 
 
 def CopyAtomically(source, path, what='file'):
   """Copies a file through a temporary file and a rename."""
-  _AtomicReplace(path, lambda tmp: shutil.copyfile(source, tmp), what)
+  ReplaceAtomically(path, lambda tmp: shutil.copyfile(source, tmp), what)
 
 
 @contextlib.contextmanager
@@ -156,8 +157,9 @@ def AtomicDirectory(path, what='folder'):
 
 
 def CheckOwnFolder(path, marker, what):
-  """Raises a UserError unless `path` may be replaced by a tool's output: missing, empty, or holding `marker`
-  (a file the tool writes into every folder it makes). Nothing is ever deleted that the tool did not write."""
+  """Raises a UserError unless `path` may be replaced by a tool's output: missing, empty, or an earlier output
+  holding nothing but `marker` (a file the tool writes into every folder it makes, listing what else it wrote)
+  and the files it lists. Nothing is ever deleted that the tool did not write (replaceable.py)."""
   if not os.path.lexists(path):
     return
   if not os.path.isdir(path):
@@ -170,3 +172,23 @@ def CheckOwnFolder(path, marker, what):
     raise errors.ConfigError('%s holds %d entr%s (%s), not an earlier %s; nothing was written or deleted. Give a '
                              'missing or empty folder.' % (path, len(entries), 'y' if len(entries) == 1 else 'ies',
                                                           ', '.join(entries[:5]), what))
+  if entries:
+    listed = replaceable.MarkerFiles(path, marker) or set()
+    folders = {os.path.dirname(f) for f in listed}
+    folders |= {p for f in folders for p in _Ancestors(f)}
+    replaceable.CheckOnlyOwn(
+        path, lambda rel, is_dir: rel in folders if is_dir else rel == marker or rel in listed, 'an earlier %s' % what)
+
+
+def WriteMarker(folder, marker, header):
+  """Writes a tool's `marker` file into `folder` (just filled): `header`, then every file in it, which a later run
+  of the tool may replace (CheckOwnFolder)."""
+  files = [os.path.relpath(os.path.join(root, f), folder) for root, _, names in os.walk(folder) for f in names]
+  with open(os.path.join(folder, marker), 'w', encoding='utf-8') as f:
+    f.write(replaceable.MarkerText(header, files))
+
+
+def _Ancestors(relative):
+  """The folders above relative path `relative` ('a/b/c' -> 'a/b', 'a')."""
+  parts = relative.split(os.sep)
+  return [os.sep.join(parts[:i]) for i in range(1, len(parts))]

@@ -1,7 +1,6 @@
 """The training loop: resume, step in a tf.function, log progress, write summaries and checkpoints."""
 
 import contextlib
-import glob
 import os
 import shutil
 import signal
@@ -202,7 +201,8 @@ class TrainLoop:
       prefix = os.path.join(self.train_dir, 'ckpt-%d' % step)
       # This save's partial files. A checkpoint that is complete (the disk filled while the index was updated)
       # stays: the next run adopts it.
-      partial = glob.glob(prefix + '_temp*') + (glob.glob(prefix + '.*') if checkpointer.Incomplete(prefix) else [])
+      partial = ([prefix + '_temp'] if os.path.isdir(prefix + '_temp') else []) + (
+          checkpointer.CheckpointFiles(prefix) if checkpointer.Incomplete(prefix) else [])
       for path in partial:
         if os.path.isdir(path):
           shutil.rmtree(path, ignore_errors=True)

@@ -187,7 +187,8 @@ class TransformerMT(base_task.BaseTask):
     """Hypotheses per pair (in file order) and BLEU against the reference files of `input_generator`.
 
     `decoded` is the list of Decode() outputs (as NumPy) over the whole input. Returns (metrics, {file name:
-    text}): bleu_<pair> and bleu_macro, and per pair the hypotheses file <split>.<pair>.hyp.
+    text}): bleu_<pair> and bleu_macro, and per pair the hypotheses file <pair>.hyp (the decode's folder names the
+    dataset).
     """
     inp = input_generator.params
     pairs = list(inp.pairs)
@@ -201,7 +202,7 @@ class TransformerMT(base_task.BaseTask):
       hypotheses[pair] = [rows[pair].get(i, '') for i in range(len(refs))]
       references[pair] = refs
     scores, signature = metrics.PairBleu(hypotheses, references)
-    files = {'%s.%s.hyp' % (inp.split, pair): '\n'.join(h) + '\n' for pair, h in hypotheses.items()}
+    files = {'%s.hyp' % pair: '\n'.join(h) + '\n' for pair, h in hypotheses.items()}
     return dict(scores, num_sentences=sum(len(h) for h in hypotheses.values())), files, signature
 
   # -- export --------------------------------------------------------------------------------------------------
