@@ -9,6 +9,7 @@ from lingpipe.layers import linear
 from lingpipe.layers import sequential
 from lingpipe.layers import transformer
 from lingpipe.tasks import classifier
+from lingpipe.tasks.synthetic import dense_stack
 from lingpipe.tasks.synthetic import input_generator
 from lingpipe.tasks.synthetic import sequence_input
 from lingpipe.tasks.keras import models as keras_models
@@ -58,6 +59,21 @@ class DeepMlpGPipe(Mlp):
     p.network = pipelining_layer.PipeliningLayer.Params().Set(
         layers=p.network.sub, num_splits=2, num_micro_batches=4, remat='always',
         input_shapes=[64, self.INPUT_DIM])
+    return p
+
+
+@model_registry.RegisterSingleTaskModel
+class DenseStack(Mlp):
+  """Mlp's data through a stack of task.num_layers dense layers of width task.hidden_dim (8 x 256 here; the
+  capacity benchmark sets 2048 and bisects on the depth), Adam, cut into 2 cells of 4 micro-batches."""
+
+  def Task(self):
+    p = dense_stack.DenseStackClassifier.Params().Set(name='dense_stack', input_dim=self.INPUT_DIM, num_layers=8,
+                                                      hidden_dim=256)
+    p.network.Set(num_splits=2, num_micro_batches=4, remat='always', input_shapes=[64, self.INPUT_DIM])
+    p.softmax.Set(num_classes=self.NUM_CLASSES)
+    p.train.Set(optimizer=optimizer.Adam.Params(), learning_rate=1e-3, max_steps=300, save_interval_steps=100,
+                summary_interval_steps=10, log_interval_steps=50)
     return p
 
 

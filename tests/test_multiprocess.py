@@ -69,6 +69,9 @@ def test_training_across_processes_equals_the_local_run(workers, tmp_path):
   assert out.returncode == 0, out.stderr[-2000:]
   for s, expected in zip((1, 3), local):  # Step 1 shows the gradients; step 3, training. Measured: identical.
     _AssertSameVariables(expected, _Variables(tmp_path / 'k2', s), atol=1e-7)
+  # Each worker wrote its own variables' shard (the trainer, the step and the input position).
+  assert sorted(f for f in os.listdir(tmp_path / 'k2' / 'train') if f.startswith('ckpt-3.data-')) == [
+      'ckpt-3.data-0000%d-of-00003' % i for i in range(3)]
   # R=2 x K=2 on the global batch: replica 0 on worker 0's two devices, replica 1 on worker 1's.
   out = _Trainer(workers.spec_text, tmp_path / 'r2k2', '--max_steps=3', '--mode=train',
                  '--model_params_override=%s;cluster.num_replicas=2' % STEPS_OVERRIDE)
@@ -99,6 +102,31 @@ def test_workers_of_another_cluster_and_missing_workers_are_refused(workers, tmp
   assert 'is unreachable (Connection refused). Start it with: lingpipe-worker' in unreachable.stderr
   assert swapped.stderr.count('\n') == 1 and unreachable.stderr.count('\n') == 1, swapped.stderr + unreachable.stderr
   assert not os.path.exists(tmp_path / 'b' / 'train')  # Nothing was written.
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which('unshare'), reason='needs root and unshare for a mount '
+                    'namespace')
+def test_a_worker_that_does_not_see_the_logdir_is_refused_before_step_0(tmp_path):
+  hidden = tmp_path / 'shared'
+  hidden.mkdir()
+  spec = json.dumps({'worker': ['127.0.0.1:%d' % local_cluster.FreePorts(1)[0]]})
+  # The worker runs in its own mount namespace with an empty file system over the folder: another host's view.
+  worker = subprocess.Popen(['unshare', '-m', 'sh', '-c', 'mount -t tmpfs none %s && exec "$@"' % hidden, 'sh'] +
+                            local_cluster.WorkerArgs(spec, 'worker', 0, cpu_devices=2),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  try:
+    assert 'ready at' in worker.stdout.readline() + worker.stdout.readline()
+    out = _Trainer(spec, hidden / 'run', '--max_steps=1')
+  finally:
+    worker.kill()
+    worker.wait()
+  assert out.returncode == 1, out.stderr[-2000:]
+  assert out.stderr.startswith(
+      'lingpipe-train: error: Worker /job:worker/replica:0/task:0 at %s cannot use the logdir %s (' % (
+          json.loads(spec)['worker'][0], hidden / 'run' / 'train')), out.stderr
+  assert 'must be one path every task sees: a shared or network file system' in out.stderr
+  assert out.stderr.count('\n') == 1 and not os.path.exists(hidden / 'run' / 'params.txt')
+  assert os.listdir(hidden / 'run' / 'train') == []  # The check left nothing behind.
 
 
 def _WaitFor(path, text, process, timeout_s=120):

@@ -207,11 +207,6 @@ class Cluster:
     """Where replica `replica` runs what lies outside pipelines (the device of its split 0)."""
     return self.Device(0, replica)
 
-  @property
-  def io_device(self):
-    """Where checkpoints are read and written: None locally; the trainer's own CPU on a remote cluster."""
-    return None
-
   def Placement(self):
     """A device scope for work outside pipelines (task building, the step function; not the input pipeline,
     which stays in the trainer): replica 0's split-0 device on a remote cluster; locally none, so TensorFlow

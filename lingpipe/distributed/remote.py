@@ -16,7 +16,8 @@ two tasks' addresses swapped, is used without complaint). So `Connect` first:
 While training, a `Watchdog` notices a step that makes no progress (a worker that hangs, is stopped or whose host is
 unreachable), finds which tasks do not answer, and stops the trainer with their names within `cluster.timeout_s`; a
 worker that dies fails the step at once (gRPC reports the closed connection) and `Diagnose` names it the same way.
-Checkpoints are written by the trainer process (`io_device`), so a rerun resumes from the last one.
+Each worker saves and restores its own variables into the logdir, which every task must see at the same path
+(runners/shared_logdir.py); a rerun resumes from the last checkpoint.
 """
 
 import json
@@ -159,15 +160,11 @@ class RemoteCluster(cluster.Cluster):
   """A Cluster whose devices are on the workers of `job`; knows their addresses (and, from their identities, their
   processes) for error messages."""
 
-  def __init__(self, devices, spec, job, own_task, io_device, timeout_s, identities=None):
+  def __init__(self, devices, spec, job, own_task, timeout_s, identities=None):
     super().__init__(devices, remote_job=job)
     self.spec, self.job, self.own_task = spec, job, own_task
-    self._io_device, self.timeout_s = io_device, timeout_s
+    self.timeout_s = timeout_s
     self.identities = identities or {}
-
-  @property
-  def io_device(self):
-    return self._io_device
 
   def Tasks(self):
     """(task, address) of every worker task except the trainer's own."""
@@ -270,10 +267,8 @@ def Connect(spec, params, num_splits, own_task=None):
   RequestInterOpThreads(params.min_remote_inter_op_threads)
   if own_task is None:
     tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec))
-    io_device = '/job:localhost/replica:0/task:0/device:CPU:0'
   else:
     tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec), job_name=job, task_index=own_task)
-    io_device = '%s/device:CPU:0' % TaskName(job, own_task)
   expected, identities = SpecText(spec), {}
   for task, address in enumerate(spec[job]):
     if task == own_task:
@@ -299,7 +294,7 @@ def Connect(spec, params, num_splits, own_task=None):
                            WorkerCommand(spec, job, task)))
   slots = cluster.RemoteSlots(job, params.device_type, params.devices_per_task)
   mesh = cluster.Cluster.FromParams(params, num_splits, slots, remote_job=job)
-  return RemoteCluster(mesh.devices, spec, job, own_task, io_device, params.timeout_s, identities)
+  return RemoteCluster(mesh.devices, spec, job, own_task, params.timeout_s, identities)
 
 
 class Watchdog:

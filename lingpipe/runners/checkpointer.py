@@ -23,7 +23,6 @@ import tensorflow as tf
 from google.protobuf import text_format
 
 from lingpipe.core import errors
-from lingpipe.distributed import cluster
 from lingpipe.runners import safe_write
 
 PARAMS_FILE = 'params.txt'
@@ -187,10 +186,10 @@ def RemoveTemporaryCheckpoints(train_dir):
 
 
 def Options():
-  """CheckpointOptions for this process: on a remote cluster the trainer itself reads and writes the files (so
-  the logdir need not be on the workers' hosts); locally TensorFlow's default."""
-  io_device = cluster.Current().io_device
-  return tf.train.CheckpointOptions(experimental_io_device=io_device) if io_device else None
+  """CheckpointOptions for this process: None, TensorFlow's default, which saves and restores each variable with
+  ops on its own task (a shard per task, merged into one checkpoint), so no variable's value passes through the
+  trainer; on a remote cluster every task must see the logdir at the same path (shared_logdir.py)."""
+  return None
 
 
 # -- what is on disk ---------------------------------------------------------------------------------------------

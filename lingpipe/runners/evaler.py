@@ -10,6 +10,7 @@ from lingpipe.distributed import cluster
 from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
 from lingpipe.runners import safe_write
+from lingpipe.runners import shared_logdir
 
 
 def ResolveCheckpoint(logdir, checkpoint_path):
@@ -33,6 +34,8 @@ def LoadTask(p, logdir, checkpoint_path=None, out=None):
   a training run rotates it away while it is read, the newest again (a few times, each said on `out`)."""
   for attempt in range(_ROTATION_RETRIES + 1):
     path = ResolveCheckpoint(logdir, checkpoint_path)
+    if attempt == 0 and cluster.Current().is_remote:  # Each worker restores its own variables from there.
+      shared_logdir.Check(cluster.Current(), os.path.dirname(os.path.abspath(path)), path + '.index')
     # A new task each time: a failed restore leaves TensorFlow's deferred restorations on the old one's objects.
     with cluster.Current().Placement():
       task = p.task.Instantiate()

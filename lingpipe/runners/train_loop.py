@@ -18,6 +18,7 @@ from lingpipe.runners import checkpointer
 from lingpipe.runners import init_from_checkpoint
 from lingpipe.runners import interrupt
 from lingpipe.runners import safe_write
+from lingpipe.runners import shared_logdir
 
 
 def _FormatSeconds(seconds):
@@ -134,6 +135,8 @@ class TrainLoop:
     params of a run killed after its save are recorded, a killed save's temporary files removed, a missing or
     unreadable index rebuilt from the disk, and corrupt checkpoints moved to train/corrupt/. Returns the
     checkpoint restored, or None for a fresh start."""
+    if self.cluster.is_remote:  # Each worker saves and restores its own variables here.
+      shared_logdir.Check(self.cluster, self.train_dir)
     note = checkpointer.RecoverParams(self.logdir)
     if note:
       self.Print(note)
