@@ -36,13 +36,22 @@ def _TensorFlowChoices():
 
 def SetUpProcess(argv):
   """The binaries' process-wide choices, made before TensorFlow loads: TensorFlow's C++ INFO lines hidden unless the
-  user chose a level, its oneDNN kernels unless the user chose (cpu_kernels.py), and, unless --verbose, fd 2 filtered
-  from the first line. A console script gets them from lingpipe/__init__.py, `python -m` from StartProcess."""
+  user chose a level, its oneDNN kernels unless the user chose (cpu_kernels.py), the memory budget, and, unless
+  --verbose, fd 2 filtered from the first line. A console script gets them from lingpipe/__init__.py, `python -m` from StartProcess."""
   from lingpipe import native_log  # pylint: disable=g-import-not-at-top
   _TensorFlowChoices()
+  _MemoryBudget(argv, os.path.basename(argv[0]))
   if native_log.IsQuietBinary(argv):
     native_log.Filter()
     native_log.ImportTensorFlow()
+
+
+def _MemoryBudget(argv, name):
+  """The process's memory budget (--memory_limit, or its cgroup's), applied before TensorFlow loads so that all it
+  allocates counts (runners/memory_budget.py); once per process."""
+  from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
+  if '--help' not in argv and '-h' not in argv:  # The trainer's guard is its parent: its line comes first.
+    memory_budget.FromCommandLine(argv, name, supervise=name == 'lingpipe-train')
 
 
 def StartProcess(doc, module_name):
@@ -50,6 +59,8 @@ def StartProcess(doc, module_name):
   SetUpProcess, and the fd 2 filter."""
   from lingpipe import native_log  # pylint: disable=g-import-not-at-top
   _TensorFlowChoices()
+  script = os.path.splitext(os.path.basename(sys.argv[0]))[0]  # 'trainer' under python -m lingpipe.trainer.
+  _MemoryBudget(sys.argv, {'trainer': 'lingpipe-train', 'worker': 'lingpipe-worker'}.get(script, script))
   ShowHelpFor(doc, module_name)
   if native_log.VerboseRequested(sys.argv):
     native_log.Close()

@@ -51,6 +51,10 @@ flags.DEFINE_integer('profile_steps', 5, '--mode=profile: training steps to reco
 flags.DEFINE_float('termination_grace_s', 20.0, 'On SIGTERM, training finishes its step, saves a checkpoint and '
                    'exits with 143; if that takes longer than this, it exits without a new checkpoint (keep it under '
                    'the scheduler\'s grace period: 30 s in Kubernetes).')
+flags.DEFINE_string('memory_limit', None, "The trainer process's memory budget, e.g. 2GiB: on CPUs the kernel's "
+                    'memory cgroup enforces it, and a death by it is one line naming the budget, the last checkpoint '
+                    'and what fits. A trainer already in a limited cgroup (a container) takes that limit without the '
+                    'flag.')
 flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors and TensorFlow\'s own log lines.')
 
 FLAGS = flags.FLAGS
@@ -128,6 +132,9 @@ def Run(argv=None, out=None):
   from lingpipe.runners import profiler  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import train_loop  # pylint: disable=g-import-not-at-top
 
+  if FLAGS.memory_limit:  # Applied before TensorFlow loaded (binary.py); a bad value is one line here.
+    from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
+    byte_sizes.Parse(FLAGS.memory_limit, '--memory_limit')
   if FLAGS.mode == 'list':
     for key in sorted(model_registry.GetAllRegisteredModels()):
       print(key, file=out)

@@ -32,6 +32,10 @@ flags.DEFINE_integer('cpu_devices', 1, 'CPU devices this worker offers (used whe
                      'one pipeline split.')
 flags.DEFINE_integer('intra_op_threads', 0, 'Threads per op (0: TensorFlow\'s default).')
 flags.DEFINE_integer('inter_op_threads', 0, 'Ops run concurrently (0: TensorFlow\'s default).')
+flags.DEFINE_string('memory_limit', None, 'This worker\'s memory budget, e.g. 1.5GiB: on CPUs the kernel\'s memory '
+                    'cgroup enforces it (a worker over it is killed and named by the trainer); on GPUs it is each '
+                    'GPU\'s TensorFlow memory_limit. A worker already in a limited cgroup (a container) takes that '
+                    'limit without the flag. The trainer plans with the budgets its workers report.')
 flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors and TensorFlow\'s own log lines.')
 
 FLAGS = flags.FLAGS
@@ -60,6 +64,7 @@ def Serve(stop_event=None, out=sys.stdout):
   config = tf.compat.v1.ConfigProto(device_count={'CPU': FLAGS.cpu_devices},
                                     intra_op_parallelism_threads=FLAGS.intra_op_threads,
                                     inter_op_parallelism_threads=FLAGS.inter_op_threads)
+  budget = _MemoryBudget(config, remote.TaskName(FLAGS.job, FLAGS.task))
   try:
     server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=FLAGS.job, task_index=FLAGS.task,
                                   config=config, start=True)
@@ -67,10 +72,11 @@ def Serve(stop_event=None, out=sys.stdout):
     raise errors.ClusterError('Cannot start the server of %s at %s: %s. Is the port in use by another process?'
                               % (remote.TaskName(FLAGS.job, FLAGS.task), address,
                                  str(e).strip().splitlines()[0])) from e
-  remote.PublishIdentity(server, spec, FLAGS.job, FLAGS.task)
+  remote.PublishIdentity(server, spec, FLAGS.job, FLAGS.task, budget)
   stop_event = stop_event or threading.Event()
-  print('lingpipe-worker %s ready at %s (cluster %s)' % (remote.TaskName(FLAGS.job, FLAGS.task), address,
-                                                          remote.SpecText(spec)), file=out, flush=True)
+  print('lingpipe-worker %s ready at %s (cluster %s; memory budget: %s)' % (
+      remote.TaskName(FLAGS.job, FLAGS.task), address, remote.SpecText(spec),
+      budget.Describe() if budget else 'none'), file=out, flush=True)
   print('lingpipe-worker: note: TensorFlow listens on every interface (*:%s) without authentication; keep this '
         'port on a private network (see lingpipe-worker --help).' % address.rsplit(':', 1)[-1], file=sys.stderr,
         flush=True)
@@ -78,6 +84,26 @@ def Serve(stop_event=None, out=sys.stdout):
     pass
   print('lingpipe-worker %s stopping' % remote.TaskName(FLAGS.job, FLAGS.task), file=out, flush=True)
   return server
+
+
+def _MemoryBudget(config, name):
+  """The worker's budget (--memory_limit, or its cgroup's): each GPU's memory_limit in `config` where it has GPUs,
+  else the kernel's memory cgroup, with a guard that names a death by it (memory_budget.py)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
+  gpus = tf.config.list_physical_devices('GPU')
+  if gpus and FLAGS.memory_limit:
+    limit = byte_sizes.Parse(FLAGS.memory_limit, '--memory_limit')
+    config.gpu_options.experimental.virtual_devices.add(memory_limit_mb=[limit // 2**20])
+    for _ in gpus[1:]:
+      config.gpu_options.experimental.virtual_devices.add(memory_limit_mb=[limit // 2**20])
+    return memory_budget.Budget(limit, '--memory_limit', "TensorFlow's per-GPU memory_limit")
+  if FLAGS.memory_limit:
+    byte_sizes.Parse(FLAGS.memory_limit, '--memory_limit')  # A bad value is one line.
+  budget = memory_budget.Current()  # Applied before TensorFlow loaded (binary.py), where this process is a binary.
+  memory_budget.Tell(name='lingpipe-worker %s' % name)
+  return budget
 
 
 def main(argv):

@@ -34,6 +34,9 @@ def main(argv=None):
   parser.add_argument('--pin', action='store_true', help='Pin worker i to core i mod the number of cores.')
   parser.add_argument('--threads', type=int, default=0, help='Intra- and inter-op threads per worker (0: default).')
   parser.add_argument('--log_dir', default=None, help='Where worker logs go.')
+  parser.add_argument('--worker_memory', default=None, help='Each worker\'s memory budget (lingpipe-worker '
+                      '--memory_limit), e.g. 1.5GiB: the kernel enforces it, and the trainer names a worker that dies '
+                      'of it.')
   parser.add_argument('--tf_config', action='store_true', help='Give the workers and the trainer (the chief) their '
                       'cluster and task in TF_CONFIG, as Kubernetes operators do, instead of --cluster_spec.')
   parser.add_argument('trainer_flags', nargs='*', help='Flags for lingpipe-train (after --).')
@@ -42,7 +45,8 @@ def main(argv=None):
   pins = [{cores[i % len(cores)]} for i in range(args.workers)] if args.pin else None
   try:
     workers = local_cluster.LocalCluster(args.workers, cpu_devices=args.cpu_devices, pin_cores=pins,
-                                         threads=args.threads, log_dir=args.log_dir, tf_config=args.tf_config)
+                                         threads=args.threads, log_dir=args.log_dir, tf_config=args.tf_config,
+                                         memory_limit=args.worker_memory)
     print('Workers: %s (logs in %s)' % (workers.spec_text, workers.log_dir), flush=True)
     with workers:
       command = [sys.executable, '-m', 'lingpipe.trainer']

@@ -66,6 +66,10 @@ def DidYouMean(name, candidates):
   return ' Did you mean: %s?' % ', '.join(matches)
 
 
+class OutOfMemoryError(UserError, MemoryError):
+  """A device or process ran out of its memory (TensorFlow's ResourceExhausted, or a budget the kernel enforces)."""
+
+
 class ClusterError(UserError, ConnectionError):
   """A worker that is unreachable, died, hangs, or was started for another cluster."""
 

@@ -102,15 +102,18 @@ class Adam(BaseOptimizer):
     return p
 
   def _Update(self, grad, var, slots, lr, t):
+    # w -= lr * (m_hat / (sqrt(v_hat) + epsilon) + weight_decay * w), by TensorFlow's fused kernel, which updates m,
+    # v and w in place (element-wise Python ops would hold several temporaries of each variable's size at once).
+    # The kernel computes lr_t * m / (sqrt(v) + epsilon_t); with lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t) and
+    # epsilon_t = epsilon * sqrt(1 - beta2^t) that is the formula above.
     p = self.params
-    m = slots['m'].assign(p.beta1 * slots['m'] + (1.0 - p.beta1) * grad)
-    v = slots['v'].assign(p.beta2 * slots['v'] + (1.0 - p.beta2) * tf.square(grad))
-    m_hat = m / (1.0 - tf.pow(tf.cast(p.beta1, var.dtype), t))
-    v_hat = v / (1.0 - tf.pow(tf.cast(p.beta2, var.dtype), t))
-    update = m_hat / (tf.sqrt(v_hat) + p.epsilon)
-    if p.weight_decay:
-      update += p.weight_decay * var
-    return var.assign_sub(lr * update)
+    beta1_power, beta2_power = tf.pow(tf.cast(p.beta1, var.dtype), t), tf.pow(tf.cast(p.beta2, var.dtype), t)
+    decay = [var.assign_sub(lr * p.weight_decay * var)] if p.weight_decay else []  # On the weights before the step.
+    with tf.control_dependencies(decay):
+      return tf.raw_ops.ResourceApplyAdam(
+          var=var.handle, m=slots['m'].handle, v=slots['v'].handle, beta1_power=beta1_power,
+          beta2_power=beta2_power, lr=lr, beta1=tf.cast(p.beta1, var.dtype), beta2=tf.cast(p.beta2, var.dtype),
+          epsilon=p.epsilon * tf.sqrt(1.0 - beta2_power), grad=tf.cast(grad, var.dtype), use_locking=False)
 
 
 def AdamW(weight_decay=0.01):

@@ -31,6 +31,8 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
+from lingpipe.distributed import memory_budget
+from lingpipe.distributed import worker_memory
 
 IDENTITY_CONTAINER, IDENTITY_NAME = 'lingpipe', 'worker_identity'
 TCP_TIMEOUT_S = 5.0
@@ -80,10 +82,11 @@ def CheckTask(spec, job, task):
 _IDENTITY_KEYS = ('cluster_spec', 'job', 'task')  # What must match the trainer's spec; pid and host say where.
 
 
-def IdentityText(spec, job, task):
-  """What a worker publishes about itself: its place in the cluster, and its process (named when it stops)."""
+def IdentityText(spec, job, task, budget=None):
+  """What a worker publishes about itself: its place in the cluster, its process (named when it stops or dies) and
+  its memory budget (a memory_budget.Budget, whose usage the trainer reads)."""
   return json.dumps({'cluster_spec': SpecText(spec), 'job': job, 'task': task, 'pid': os.getpid(),
-                     'host': socket.gethostname()})
+                     'host': socket.gethostname(), 'memory': budget._asdict() if budget else None})
 
 
 def _Place(identity):
@@ -96,12 +99,12 @@ def _IdentityHandle(job, task):
     return tf.raw_ops.VarHandleOp(dtype=tf.string, shape=[], container=IDENTITY_CONTAINER, shared_name=IDENTITY_NAME)
 
 
-def PublishIdentity(server, spec, job, task):
+def PublishIdentity(server, spec, job, task, budget=None):
   """In a worker: stores its identity as a string resource on its CPU, where the trainer's Connect reads it."""
   with tf.Graph().as_default():
     handle = _IdentityHandle(job, task)
     with tf.device(handle.device):
-      assign = tf.raw_ops.AssignVariableOp(resource=handle, value=tf.constant(IdentityText(spec, job, task)))
+      assign = tf.raw_ops.AssignVariableOp(resource=handle, value=tf.constant(IdentityText(spec, job, task, budget)))
     # device_filters: the session must not wait for the other tasks, which may not have started yet.
     config = tf.compat.v1.ConfigProto(device_filters=[TaskName(job, task)])
     with tf.compat.v1.Session(server.target, config=config) as session:
@@ -152,8 +155,11 @@ def ErrorSummary(error):
   return ('%s: %s' % (type(error).__name__, line[:200])).rstrip(': ')
 
 
-def WorkerCommand(spec, job, task):
-  return "lingpipe-worker --cluster_spec='%s' --job=%s --task=%d" % (SpecText(spec), job, task)
+def WorkerCommand(spec, job, task, memory=None):
+  """The command that starts worker `task` (with the --memory_limit it had, given its identity's `memory`)."""
+  limit = ' --memory_limit=%dMiB' % (memory['limit'] // 2**20) if memory and memory.get('source') == (
+      '--memory_limit') else ''
+  return "lingpipe-worker --cluster_spec='%s' --job=%s --task=%d%s" % (SpecText(spec), job, task, limit)
 
 
 class RemoteCluster(cluster.Cluster):
@@ -165,6 +171,8 @@ class RemoteCluster(cluster.Cluster):
     self.spec, self.job, self.own_task = spec, job, own_task
     self.timeout_s = timeout_s
     self.identities = identities or {}
+    self.memory = None  # A worker_memory.Monitor while training: the workers' last memory reports.
+    self.memory_advice = ''  # What fits, said when a worker ran out of memory (the planner's, set by training).
 
   def Tasks(self):
     """(task, address) of every worker task except the trainer's own."""
@@ -185,7 +193,11 @@ class RemoteCluster(cluster.Cluster):
         elif error is not None:
           problem = ErrorSummary(error)
       if problem:
-        results[task] = (task, address, self._ProcessState(task) or problem)
+        state = self._ProcessState(task)
+        if state is None or 'ended' in state:  # A death: was it its memory budget?
+          cause = worker_memory.DeathCause(self, task, self.memory.last.get(task) if self.memory else None)
+          state = cause or state
+        results[task] = (task, address, state or problem)
 
     threads = [threading.Thread(target=Probe, args=ta, daemon=True) for ta in self.Tasks()]
     for thread in threads:
@@ -193,6 +205,15 @@ class RemoteCluster(cluster.Cluster):
     for thread in threads:
       thread.join()
     return [results[t] for t in sorted(results)]
+
+  def WorkerBudgets(self):
+    """'task 0: 1.50 GiB (--memory_limit; enforced by ...); ...' of the workers with a budget, or ''."""
+    parts = []
+    for task, _ in self.Tasks():
+      memory = (self.identities.get(task) or {}).get('memory')
+      if memory and memory.get('limit'):
+        parts.append('task %d: %s' % (task, memory_budget.Budget(**memory).Describe()))
+    return '; '.join(parts)
 
   def _ProcessState(self, task):
     """What the worker's process is doing, where it runs on this host and has stopped or ended; else None."""
@@ -214,9 +235,12 @@ class RemoteCluster(cluster.Cluster):
 
   def FailureMessage(self, problems, what, resume_hint):
     names = '; '.join('worker %s at %s: %s' % (TaskName(self.job, t), a, p) for t, a, p in problems)
-    return '%s: %s. Restart %s (%s), then rerun the same command%s.' % (
+    memory = any('out of memory' in p for _, _, p in problems)
+    return '%s: %s. Restart %s (%s), then rerun the same command%s.%s' % (
         what, names, 'it' if len(problems) == 1 else 'them',
-        '; '.join(WorkerCommand(self.spec, self.job, t) for t, _, _ in problems), resume_hint)
+        '; '.join(WorkerCommand(self.spec, self.job, t, (self.identities.get(t) or {}).get('memory'))
+                  for t, _, _ in problems), resume_hint,
+        ' ' + self.memory_advice if memory and self.memory_advice else '')
 
 
 def RequestInterOpThreads(minimum):

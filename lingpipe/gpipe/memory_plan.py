@@ -40,6 +40,7 @@ from typing import List, NamedTuple, Tuple
 import tensorflow as tf
 
 from lingpipe.core import base_layer
+from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.gpipe import backward_kinds
 from lingpipe.gpipe import partition
@@ -321,16 +322,8 @@ def Recommend(candidates, device_memory):
 
 
 def ParseBytes(text):
-  """'16GiB', '512MiB', '1.5GB', '1000' -> bytes."""
-  units = {'': 1, 'B': 1, 'KB': 10**3, 'MB': 10**6, 'GB': 10**9, 'TB': 10**12, 'KIB': 2**10, 'MIB': 2**20,
-           'GIB': 2**30, 'TIB': 2**40}
-  text = str(text).strip()
-  number = text.rstrip('bBkKmMgGtTiI')
-  unit = text[len(number):].upper()
-  try:
-    return int(float(number) * units[unit])
-  except (KeyError, ValueError):
-    raise errors.ConfigError('Cannot read %r as a memory size; expected e.g. 16GiB, 512MiB or 2e9.' % text) from None
+  """'16GiB', '512MiB', '1.5GB', '1000' -> bytes (byte_sizes.Parse)."""
+  return byte_sizes.Parse(text)
 
 
 def Table(candidates, device_memory) -> List[str]:

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 
+from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.distributed import remote
 
@@ -67,25 +68,30 @@ def ChildSetup(cores=None):
   return Setup
 
 
-def WorkerArgs(spec_text, job, task, cpu_devices=1, threads=0):
+def WorkerArgs(spec_text, job, task, cpu_devices=1, threads=0, memory_limit=None):
   """The command line of one lingpipe-worker (run with this Python, so no console script is needed); without
   `spec_text`, the worker reads its cluster and task from TF_CONFIG."""
   where = ['--cluster_spec=' + spec_text, '--job=' + job, '--task=%d' % task] if spec_text else []
   return [sys.executable, '-m', 'lingpipe.worker'] + where + [
-      '--cpu_devices=%d' % cpu_devices, '--intra_op_threads=%d' % threads, '--inter_op_threads=%d' % threads]
+      '--cpu_devices=%d' % cpu_devices, '--intra_op_threads=%d' % threads, '--inter_op_threads=%d' % threads] + (
+          ['--memory_limit=%s' % memory_limit] if memory_limit else [])
 
 
 class LocalCluster:
   """`num_workers` workers of job `job` on 127.0.0.1. pin_cores: a list of CPU core sets, one per worker (worker
   i runs on pin_cores[i], like `taskset`), or None. threads: intra- and inter-op threads per worker (0: TF's).
+  memory_limit: each worker's --memory_limit (e.g. '1.5GiB'), or None.
 
   Worker logs go to log_dir; without one, to a temporary directory that Stop() removes when every worker exited
   cleanly (status 0) and keeps, saying where on stderr, when one did not, so a crash's log survives."""
 
   def __init__(self, num_workers, job='worker', cpu_devices=1, pin_cores=None, threads=0, log_dir=None,
-               ready_timeout_s=60.0, tf_config=False):
+               ready_timeout_s=60.0, tf_config=False, memory_limit=None):
     if num_workers < 1:
       raise errors.ConfigError('num_workers must be >= 1, got %d.' % num_workers)
+    if memory_limit:
+      byte_sizes.Parse(memory_limit, 'the workers\' memory limit')  # One line here, not one per worker log.
+    self.memory_limit = memory_limit
     self.num_workers, self.job, self.cpu_devices = num_workers, job, cpu_devices
     self.pin_cores, self.threads, self.ready_timeout_s = pin_cores, threads, ready_timeout_s
     self.owns_log_dir = not log_dir
@@ -118,7 +124,8 @@ class LocalCluster:
       env['TF_CONFIG'] = self.TfConfig(self.job, task)
     with open(self.LogPath(task), 'w') as log:
       self.processes[task] = subprocess.Popen(
-          WorkerArgs(None if self.tf_config else self.spec_text, self.job, task, self.cpu_devices, self.threads),
+          WorkerArgs(None if self.tf_config else self.spec_text, self.job, task, self.cpu_devices, self.threads,
+                     self.memory_limit),
           stdout=log, stderr=subprocess.STDOUT, preexec_fn=ChildSetup(cores), env=env)
     deadline = time.time() + self.ready_timeout_s
     while time.time() < deadline:

@@ -12,7 +12,9 @@ import tensorflow as tf
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
 from lingpipe.distributed import mirrors
+from lingpipe.distributed import memory_budget
 from lingpipe.distributed import remote
+from lingpipe.distributed import worker_memory
 from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
 from lingpipe.runners import init_from_checkpoint
@@ -63,6 +65,7 @@ class TrainLoop:
     self.manager = None  # Made by Restore(), once the index says what is on disk.
     self.resumed_step, self.params_staged = 0, False
     self.mirrors = None  # Replicas' copies of the weights, made equal to the restored ones (_Run).
+    self.memory_advice = ''  # What the planner says fits, said when memory runs out.
     self.step_fn = batch_function.BatchFunction(self._Step)
 
   def _Step(self, batch):
@@ -87,6 +90,18 @@ class TrainLoop:
       raise errors.ClusterError(self.cluster.FailureMessage(
           problems, '%s failed (%s)' % (what, remote.ErrorSummary(e)),
           ' to resume from %s' % latest if latest else ' (no checkpoint was written yet)')) from e
+
+  @contextlib.contextmanager
+  def _NameOutOfMemory(self, what):
+    """TensorFlow's ResourceExhausted as one line: where memory ran out, the last checkpoint, what fits."""
+    try:
+      yield
+    except tf.errors.ResourceExhaustedError as e:
+      latest = self.manager.latest_checkpoint
+      raise errors.OutOfMemoryError('%s ran out of memory (%s). %s%s' % (
+          what, remote.ErrorSummary(e), 'The last checkpoint, %s, is whole; the same command resumes from it.' % latest
+          if latest else 'No checkpoint was written yet.', ' ' + self.memory_advice if self.memory_advice else '')
+      ) from e
 
   def _Skipped(self, step, loss, out):
     """A float16 step with non-finite gradients was skipped and the loss scale halved: one line, or the run stops
@@ -223,6 +238,7 @@ class TrainLoop:
       if note:
         self.Print(note)
     interrupt.SetUnsaved(False)
+    memory_budget.Tell(checkpoint=saved)
     return saved
 
   def Run(self):
@@ -231,7 +247,8 @@ class TrainLoop:
       if not self.cluster.is_remote:
         return self._Run(_NoWatchdog())
       watchdog = remote.Watchdog(self.cluster, self.cluster.timeout_s, lambda: self.manager.latest_checkpoint)
-      with watchdog:
+      with watchdog, worker_memory.Monitor(self.cluster) as memory:
+        self.cluster.memory = memory
         return self._Run(watchdog)
 
   def _TerminationTimedOut(self):
@@ -247,6 +264,11 @@ class TrainLoop:
           self.task, tp.init_from_checkpoint, [tuple(r) for r in tp.init_from_checkpoint_rules],
           tp.init_from_checkpoint_exclude))
     step = int(self.global_step.numpy())
+    memory_budget.Tell(name='lingpipe-train', checkpoint=self.manager.latest_checkpoint)
+    if self.cluster.is_remote:
+      budgets = self.cluster.WorkerBudgets()
+      if budgets:
+        self.Print("Workers' memory budgets: %s." % budgets)
     if step >= tp.max_steps:  # Nothing is written: params.txt still describes the checkpoints.
       self.Print('Already at step %d >= max_steps %d; nothing to train.' % (step, tp.max_steps))
       return step
@@ -270,7 +292,7 @@ class TrainLoop:
       except StopIteration:
         self.Print('The training input ran out at step %d (input.repeat is False).' % step)
         break
-      with self._NameDeadWorkers('Step %d' % (step + 1)):
+      with self._NameDeadWorkers('Step %d' % (step + 1)), self._NameOutOfMemory('Step %d' % (step + 1)):
         out = self.step_fn(batch)
         loss, finite = float(out.loss.numpy()), bool(out.is_finite.numpy())
       watchdog.Beat()
@@ -304,6 +326,8 @@ class TrainLoop:
         metrics = ' '.join('%s=%.4f' % (k, float(v)) for k, v in sorted(out.metrics.items()) if k != 'loss')
         if self.loss_scale is not None:
           metrics += ' loss_scale=%g skipped=%d' % (float(out.loss_scale), int(self.loss_scale.skipped.numpy()))
+        if self.cluster.is_remote and self.cluster.memory and self.cluster.WorkerBudgets():
+          metrics += ' workers_peak=[%s]' % self.cluster.memory.Summary()
         self.Print('step %d/%d loss=%.4f %s lr=%.3g steps/s=%.2f examples/s=%.1f eta=%s' % (
             step, tp.max_steps, loss, metrics, float(out.learning_rate), rate, rate * batch_size,
             _FormatSeconds(eta)))

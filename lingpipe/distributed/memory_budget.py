@@ -1,0 +1,347 @@
+"""A process's memory budget, enforced by the kernel's memory cgroup on CPUs.
+
+`Apply(limit)` (lingpipe-train and lingpipe-worker --memory_limit, before TensorFlow loads) makes a child of the
+process's memory cgroup (v1 where the machine mounts that, as many do; else v2 where it can delegate the memory
+controller), sets its limit, starts a small guard process outside it (memory_guard.py), and moves the process in.
+The guard outlives the process: it says in one line when the kernel killed it for its budget, leaves a verdict
+that a trainer on the same host reads (`Verdict`), and removes the cgroup. A process already inside a limited
+cgroup (a container, a Slurm job) takes that limit as its budget without a flag (`Inherited`). Where neither can
+be had, the budget is not enforced, one line says so, and it still feeds the planner.
+
+Only the standard library and lingpipe.core.byte_sizes are imported: the guard runs without TensorFlow.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import NamedTuple, Optional
+
+from lingpipe.core import byte_sizes
+
+PREFIX = 'lingpipe-'  # Cgroups made here are named lingpipe-<pid>; a dead pid's empty one is removed by the next.
+UNLIMITED = 1 << 60  # A cgroup limit at or above this is "no limit" (v1 reports 2^63 rounded to pages).
+ENV_VAR = 'LINGPIPE_MEMORY_LIMIT'  # The budget a process runs under, for the processes it starts to know.
+
+
+class Budget(NamedTuple):
+  """A process's memory budget: `limit` bytes (None: none known), where it came from, how it is enforced."""
+  limit: Optional[int]
+  source: str  # '--memory_limit' or 'its cgroup <path>'; '' without a budget
+  enforcement: str  # "the kernel's memory cgroup (v1)", or '' where nothing enforces it
+  cgroup: Optional[str] = None  # the folder of the memory cgroup that holds it
+  version: int = 0  # that cgroup's version
+
+  def Describe(self):
+    if self.limit is None:
+      return 'no memory budget'
+    return '%s (%s; %s)' % (byte_sizes.Format(self.limit), self.source,
+                            'enforced by %s' % self.enforcement if self.enforcement else 'not enforced')
+
+
+# -- finding the memory cgroup -------------------------------------------------------------------------------------
+def _Read(path):
+  try:
+    with open(path) as f:
+      return f.read()
+  except OSError:
+    return None
+
+
+def OwnCgroup(pid='self'):
+  """(version, folder) of the memory cgroup process `pid` runs in, or (0, None) where there is none to use."""
+  groups = _Read('/proc/%s/cgroup' % pid) or ''
+  mounts = _Read('/proc/self/mountinfo') or ''
+  paths = {}
+  for line in groups.splitlines():
+    parts = line.split(':', 2)
+    if len(parts) == 3:
+      if parts[1] == '':
+        paths[2] = parts[2]
+      elif 'memory' in parts[1].split(','):
+        paths[1] = parts[2]
+  for version in (1, 2):
+    if version not in paths:
+      continue
+    for line in mounts.splitlines():
+      fields = line.split()
+      if ' - ' not in line:
+        continue
+      after = line.split(' - ', 1)[1].split()
+      fstype, options = after[0], after[2] if len(after) > 2 else ''
+      if (version == 1 and fstype == 'cgroup' and 'memory' in options.split(',')) or (
+          version == 2 and fstype == 'cgroup2'):
+        root, mount_point = fields[3], fields[4]
+        path = paths[version]
+        if not path.startswith(root):
+          continue
+        folder = os.path.normpath(mount_point + '/' + path[len(root):])
+        if version == 2 and 'memory' not in (_Read(os.path.join(folder, 'cgroup.controllers')) or '').split():
+          continue
+        return version, folder
+  return 0, None
+
+
+def _LimitFile(version):
+  return 'memory.limit_in_bytes' if version == 1 else 'memory.max'
+
+
+def _Limit(version, folder):
+  text = (_Read(os.path.join(folder, _LimitFile(version))) or '').strip()
+  if not text or text == 'max':
+    return None
+  value = int(text)
+  return value if value < UNLIMITED else None
+
+
+def Inherited(pid='self'):
+  """The Budget of the limited memory cgroup this process already runs in (its own or an ancestor's, the smallest
+  up to the mount's root), or None."""
+  version, folder = OwnCgroup(pid)
+  if folder is None:
+    return None
+  best, where, current = None, None, folder
+  while True:
+    limit = _Limit(version, current)
+    if limit is not None and (best is None or limit < best):
+      best, where = limit, current
+    parent = os.path.dirname(current)
+    if parent == current or not os.path.exists(os.path.join(parent, _LimitFile(version))):
+      break
+    current = parent
+  if best is None:
+    return None
+  return Budget(best, 'its cgroup %s' % where, "the kernel's memory cgroup (v%d)" % version, folder, version)
+
+
+def Usage(budget):
+  """{'current', 'peak', 'oom_kills'} bytes of the cgroup holding `budget` (None where unknown)."""
+  out = {'current': None, 'peak': None, 'oom_kills': None}
+  if budget is None or budget.cgroup is None:
+    return out
+  files = (('memory.usage_in_bytes', 'memory.max_usage_in_bytes', 'memory.oom_control') if budget.version == 1 else
+           ('memory.current', 'memory.peak', 'memory.events'))
+  for key, name in zip(('current', 'peak'), files[:2]):
+    text = _Read(os.path.join(budget.cgroup, name))
+    out[key] = int(text) if text and text.strip().isdigit() else None
+  m = re.search(r'^oom_kill (\d+)$', _Read(os.path.join(budget.cgroup, files[2])) or '', re.M)
+  out['oom_kills'] = int(m.group(1)) if m else None
+  return out
+
+
+# -- making one ------------------------------------------------------------------------------------------------
+def _Write(path, text):
+  with open(path, 'w') as f:
+    f.write(text)
+
+
+def _Alive(pid):
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except OSError:
+    return True
+  return True
+
+
+def RemoveStale(parent):
+  """Removes the empty cgroups under `parent` that a lingpipe process (now dead) made. Returns their names."""
+  removed = []
+  try:
+    names = os.listdir(parent)
+  except OSError:
+    return removed
+  for name in names:
+    m = re.match(r'^%s(\d+)$' % PREFIX, name)
+    path = os.path.join(parent, name)
+    if not m or _Alive(int(m.group(1))) or (_Read(os.path.join(path, 'cgroup.procs')) or '').strip():
+      continue
+    try:
+      os.rmdir(path)
+      removed.append(name)
+    except OSError:
+      pass
+  return removed
+
+
+def _MakeCgroup(limit):
+  """(version, folder) of a new child cgroup of this process's, limited to `limit` bytes; raises OSError, or
+  ValueError with the reason where the machine has no memory cgroup to use."""
+  version, own = OwnCgroup()
+  if own is None:
+    raise ValueError('this machine has no memory cgroup this process can use (neither v1 nor v2 with the memory '
+                     'controller)')
+  RemoveStale(own)
+  folder = os.path.join(own, '%s%d' % (PREFIX, os.getpid()))
+  if version == 2:
+    controls = _Read(os.path.join(own, 'cgroup.subtree_control')) or ''
+    if 'memory' not in controls.split():
+      _Write(os.path.join(own, 'cgroup.subtree_control'), '+memory')  # EBUSY where own holds processes.
+  os.makedirs(folder, exist_ok=True)
+  try:
+    if version == 1:
+      try:  # What it holds already moves along, where the kernel still can (recent ones cannot: call Apply early).
+        _Write(os.path.join(folder, 'memory.move_charge_at_immigrate'), '3')
+      except OSError:
+        pass
+      _Write(os.path.join(folder, 'memory.limit_in_bytes'), str(limit))
+      if os.path.exists(os.path.join(folder, 'memory.memsw.limit_in_bytes')):
+        try:  # No escape into swap, where the kernel accounts it.
+          _Write(os.path.join(folder, 'memory.memsw.limit_in_bytes'), str(limit))
+        except OSError:
+          pass
+    else:
+      _Write(os.path.join(folder, 'memory.max'), str(limit))
+      if os.path.exists(os.path.join(folder, 'memory.swap.max')):
+        _Write(os.path.join(folder, 'memory.swap.max'), '0')
+  except BaseException:
+    os.rmdir(folder)
+    raise
+  return version, folder
+
+
+def Apply(limit, name, supervise=False):
+  """Puts this process under a memory budget of `limit` bytes (None: only the inherited one, if any). Returns
+  (Budget, a line to print or None). Call it before TensorFlow loads and before any thread starts: what the process
+  holds before joining stays charged outside it (recent kernels move no charges), and with `supervise` the process
+  forks, its parent staying outside as the guard (memory_guard.Supervise) until the child, which returns, ends."""
+  budget, note = _Apply(limit, name, supervise)
+  _CURRENT[:] = [budget] if budget is not None else []
+  return budget, note
+
+
+def _Apply(limit, name, supervise):
+  inherited = Inherited()
+  if limit is None:
+    if inherited is not None:
+      _StartGuard(inherited, name, remove=False)
+    return inherited, None
+  if inherited is not None and inherited.limit < limit:
+    return inherited, ('%s: note: --memory_limit=%s is above the limit of %s (%s), which stays the budget.' % (
+        name, byte_sizes.Format(limit), inherited.source, byte_sizes.Format(inherited.limit)))
+  try:
+    version, folder = _MakeCgroup(limit)
+  except (OSError, ValueError) as e:
+    why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    return (Budget(limit, '--memory_limit', ''),
+            '%s: note: the budget --memory_limit=%s cannot be enforced here (%s); the planner still plans for it.' % (
+                name, byte_sizes.Format(limit), why))
+  budget = Budget(limit, '--memory_limit', "the kernel's memory cgroup (v%d)" % version, folder, version)
+  if supervise:
+    _Fork(budget, name)  # Returns in the child only.
+  else:
+    _StartGuard(budget, name, remove=True)
+  try:
+    _Write(os.path.join(folder, 'cgroup.procs'), str(os.getpid()))
+  except OSError as e:
+    return (Budget(limit, '--memory_limit', ''),
+            '%s: note: the budget --memory_limit=%s cannot be enforced here (joining %s: %s); the planner still '
+            'plans for it.' % (name, byte_sizes.Format(limit), folder, e.strerror))
+  os.environ[ENV_VAR] = json.dumps(budget._asdict())
+  return budget, None
+
+
+_FACTS = []  # A stream to this process's guard, to tell it more (Tell).
+_CURRENT = []  # The Budget this process runs under (Apply).
+_APPLIED = []  # [True] once FromCommandLine ran.
+
+
+def Current():
+  """The Budget this process runs under (Apply's), or None."""
+  return _CURRENT[0] if _CURRENT else None
+
+
+def FromCommandLine(argv, name, supervise=False):
+  """For a binary, first thing (before TensorFlow loads, so what it allocates counts): Apply() of argv's
+  --memory_limit=SIZE, or of the inherited budget only; prints Apply's note on stderr. A value that does not parse
+  is left to the binary's flag check. Returns the Budget or None."""
+  if _APPLIED:
+    return Current()
+  _APPLIED.append(True)
+  text = None
+  for i, arg in enumerate(argv[1:]):
+    if arg.startswith('--memory_limit='):
+      text = arg.split('=', 1)[1]
+    elif arg == '--memory_limit' and i + 2 < len(argv):
+      text = argv[i + 2]
+  try:
+    limit = byte_sizes.Parse(text, '--memory_limit') if text else None
+  except ValueError:
+    return None
+  if limit is not None and _GpuMachine():
+    return None  # The binary gives each GPU the budget (TensorFlow's memory_limit) instead.
+  budget, note = Apply(limit, name, supervise)
+  if note:
+    print(note, file=sys.stderr, flush=True)
+  return budget
+
+
+def _GpuMachine():
+  """Whether this machine has NVIDIA GPUs (their device files), read without loading TensorFlow."""
+  try:
+    return any(re.match(r'^nvidia\d+$', name) for name in os.listdir('/dev'))
+  except OSError:
+    return False
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _Fork(budget, name):
+  """Forks; the parent supervises the child (memory_guard.Supervise) and exits with its status, the child returns
+  (after asking for SIGTERM if the parent dies) and tells the parent facts through a pipe (Tell)."""
+  read_end, write_end = os.pipe()
+  sys.stdout.flush()
+  sys.stderr.flush()
+  child = os.fork()
+  if child == 0:
+    os.close(read_end)
+    try:
+      import ctypes  # pylint: disable=g-import-not-at-top
+      ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, 15, 0, 0, 0)
+    except (OSError, AttributeError):
+      pass
+    _FACTS[:] = [os.fdopen(write_end, 'w')]
+    return
+  os.close(write_end)
+  from lingpipe.distributed import memory_guard  # pylint: disable=g-import-not-at-top
+  status = memory_guard.Supervise(child, budget, name, read_end)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
+def _StartGuard(budget, name, remove):
+  guard = subprocess.Popen(
+      [sys.executable, '-m', 'lingpipe.distributed.memory_guard', '--pid=%d' % os.getpid(),
+       '--budget=' + json.dumps(budget._asdict()), '--name=' + name] + (['--remove'] if remove else []),
+      stdin=subprocess.PIPE, start_new_session=True, close_fds=True, text=True)
+  _FACTS[:] = [guard.stdin]
+
+
+def Tell(**facts):
+  """Sends the guard what it says if this process dies of its budget: e.g. name (which task), advice (a
+  configuration that fits), checkpoint (the last one, whole)."""
+  if not _FACTS:
+    return
+  try:
+    _FACTS[0].write(json.dumps(facts) + '\n')
+    _FACTS[0].flush()
+  except (OSError, ValueError):
+    pass
+
+
+# -- what the guard leaves for a trainer on the same host ------------------------------------------------------------
+def VerdictPath(pid):
+  return os.path.join('/tmp', 'lingpipe-memory-%d' % os.getuid(), '%d.json' % pid)
+
+
+def Verdict(pid):
+  """The guard's verdict on process `pid` of this host ({'oom_killed', 'limit', 'peak', ...}), or None."""
+  text = _Read(VerdictPath(pid))
+  try:
+    return json.loads(text) if text else None
+  except ValueError:
+    return None

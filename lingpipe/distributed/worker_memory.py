@@ -1,0 +1,111 @@
+"""What the trainer knows of its workers' memory: each one's budget (published in its identity, remote.py), its usage
+and peak (read by a TensorFlow op on the worker from its cgroup's files, or from /proc/self/status), and, when one
+dies, whether its budget killed it (its guard's verdict on this host, memory_guard.py; elsewhere its last usage).
+"""
+
+import re
+import socket
+import threading
+import time
+
+import tensorflow as tf
+
+from lingpipe.core import byte_sizes
+from lingpipe.distributed import memory_budget
+
+NEAR_BUDGET = 0.9  # A death with the last usage above this share of the budget is named as most likely memory.
+
+
+def _Budget(mesh, task):
+  memory = (mesh.identities.get(task) or {}).get('memory')
+  return memory_budget.Budget(**memory) if memory else None
+
+
+def _Files(budget):
+  """(usage file, peak file) a worker's memory is read from: its cgroup's, else its /proc status."""
+  if budget is not None and budget.cgroup and budget.enforcement:
+    names = ('memory.usage_in_bytes', 'memory.max_usage_in_bytes') if budget.version == 1 else (
+        'memory.current', 'memory.peak')
+    return tuple('%s/%s' % (budget.cgroup, name) for name in names)
+  return ('/proc/self/status', '/proc/self/status')
+
+
+def _Bytes(text, field):
+  """Bytes in a cgroup file's text, or of `field` (VmRSS, VmHWM) in a /proc status."""
+  text = text.decode(errors='replace')
+  if text.strip().isdigit():
+    return int(text)
+  m = re.search(r'^%s:\s+(\d+) kB' % field, text, re.M)
+  return int(m.group(1)) * 1024 if m else None
+
+
+def Read(mesh, task):
+  """{'limit', 'current', 'peak'} bytes of worker `task` now (limit None without a budget); raises on failure."""
+  budget = _Budget(mesh, task)
+  usage_file, peak_file = _Files(budget)
+  with tf.device('/job:%s/replica:0/task:%d/device:CPU:0' % (mesh.job, task)):
+    usage = tf.io.read_file(usage_file)
+    peak = usage if peak_file == usage_file else tf.io.read_file(peak_file)
+  return {'limit': budget.limit if budget else None, 'current': _Bytes(usage.numpy(), 'VmRSS'),
+          'peak': _Bytes(peak.numpy(), 'VmHWM'), 'time': time.time()}
+
+
+class Monitor:
+  """Reads every worker's memory every `interval_s` on a thread; `last` holds the latest report of each."""
+
+  def __init__(self, mesh, interval_s=2.0):
+    self.mesh, self.interval_s = mesh, interval_s
+    self.last = {}
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._Run, daemon=True)
+
+  def __enter__(self):
+    self.Poll()
+    self._thread.start()
+    return self
+
+  def __exit__(self, *unused):
+    self._stop.set()
+
+  def Poll(self):
+    for task, _ in self.mesh.Tasks():
+      try:
+        self.last[task] = Read(self.mesh, task)
+      except (tf.errors.OpError, ValueError):
+        continue
+
+  def _Run(self):
+    while not self._stop.wait(self.interval_s):
+      self.Poll()
+
+  def Summary(self):
+    """'task 0 1.21/1.50 GiB, task 1 1.10 GiB' (peak / budget), or '' before any report."""
+    parts = []
+    for task in sorted(self.last):
+      r = self.last[task]
+      parts.append('task %d %s%s' % (task, byte_sizes.Format(r['peak'] or 0).replace(' GiB', ''),
+                                     '/' + byte_sizes.Format(r['limit']) if r['limit'] else ' GiB'))
+    return ', '.join(parts)
+
+
+def DeathCause(mesh, task, last=None, wait_s=3.0):
+  """Why worker `task`, which no longer answers, died, if memory: its guard's verdict where it ran on this host (waited
+  for up to wait_s), else its last report `last` near its budget. None when nothing says memory."""
+  identity = mesh.identities.get(task) or {}
+  budget = _Budget(mesh, task)
+  if identity.get('host') == socket.gethostname() and isinstance(identity.get('pid'), int) and budget:
+    deadline = time.time() + wait_s
+    verdict = memory_budget.Verdict(identity['pid'])
+    while verdict is None and time.time() < deadline:
+      time.sleep(0.1)
+      verdict = memory_budget.Verdict(identity['pid'])
+    if verdict is not None:
+      if not verdict.get('oom_killed'):
+        return None
+      return 'it ran out of memory: the kernel killed it at its budget of %s (%s%s)' % (
+          byte_sizes.Format(verdict['limit']), verdict.get('source', '--memory_limit'),
+          '; peak %s' % byte_sizes.Format(verdict['peak']) if verdict.get('peak') else '')
+  if last and last.get('limit') and last.get('current') and last['current'] >= NEAR_BUDGET * last['limit']:
+    return ('it most likely ran out of memory: %.0f s before, it used %s of its %s budget' % (
+        time.time() - last['time'], byte_sizes.Format(last['current']), byte_sizes.Format(last['limit'])))
+  return None

@@ -1,0 +1,122 @@
+"""Memory budgets under the kernel's memory cgroup: lingpipe-train and lingpipe-worker --memory_limit, a budget
+inherited from the cgroup a process starts in, and a death by the budget named in one line by the trainer (and in
+the worker's log), with every cgroup removed afterwards."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lingpipe.core import byte_sizes
+from lingpipe.core import errors
+from lingpipe.distributed import memory_budget
+from lingpipe.runners import local_cluster
+
+TRAINER = [sys.executable, '-m', 'lingpipe.trainer']
+_VERSION, _OWN = memory_budget.OwnCgroup()
+needs_cgroup = pytest.mark.skipif(_OWN is None or not os.access(_OWN, os.W_OK),
+                                  reason='needs a memory cgroup this user may make children in (root)')
+# A dense stack that trains in one process in about 0.4 GiB, and one that does not fit 1 GiB in one process.
+SMALL = 'task.num_layers=4;task.hidden_dim=512'
+TOO_BIG = ('task.num_layers=14;task.hidden_dim=2048;task.network.num_splits=1;task.network.num_micro_batches=1;'
+           'task.train.log_interval_steps=1')
+
+
+@pytest.fixture
+def own_cgroup():
+  """Runs the test in a cgroup of its own (no limit), so that the processes it starts make theirs under it; yields
+  a function listing those left (waiting up to 15 s for the guards of processes that just ended to remove them)."""
+  folder = os.path.join(_OWN, 'lingpipe-test-%d' % os.getpid())
+  os.mkdir(folder)
+  with open(os.path.join(folder, 'cgroup.procs'), 'w') as f:
+    f.write(str(os.getpid()))
+
+  def Left():
+    deadline = time.time() + 15
+    while True:
+      left = sorted(name for name in os.listdir(folder) if name.startswith(memory_budget.PREFIX))
+      if not left or time.time() > deadline:
+        return left
+      time.sleep(0.2)
+
+  try:
+    yield Left
+  finally:
+    with open(os.path.join(_OWN, 'cgroup.procs'), 'w') as f:
+      f.write(str(os.getpid()))
+    Left()
+    os.rmdir(folder)
+
+
+def test_sizes_parse_and_print_and_a_bad_one_is_one_line():
+  assert byte_sizes.Parse('1.5GiB') == 3 * 2**29 and byte_sizes.Parse('800MiB') == 800 * 2**20
+  assert byte_sizes.Parse('2e9') == 2 * 10**9 and byte_sizes.Format(3 * 2**29) == '1.50 GiB'
+  for bad in ('lots', '-1GiB', '0', '1.5 GB of RAM'):
+    with pytest.raises(errors.ConfigError, match=r"^Cannot read '.*' as --memory_limit; expected e\.g\. 16GiB"):
+      byte_sizes.Parse(bad, '--memory_limit')
+  done = subprocess.run(TRAINER + ['--model=synthetic.Mlp', '--mode=inspect', '--memory_limit=lots'],
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 1 and done.stderr == (
+      "lingpipe-train: error: Cannot read 'lots' as --memory_limit; expected e.g. 16GiB, 512MiB or 2e9 bytes.\n")
+
+
+@needs_cgroup
+def test_a_process_in_a_limited_cgroup_takes_its_limit_as_its_budget(tmp_path):
+  folder = os.path.join(_OWN, 'lingpipe-test-%d' % os.getpid())
+  os.mkdir(folder)
+  try:
+    with open(os.path.join(folder, memory_budget._LimitFile(_VERSION)), 'w') as f:  # pylint: disable=protected-access
+      f.write(str(3 * 2**30))
+    code = ('from lingpipe.distributed import memory_budget as m; import json; '
+            'print(json.dumps(m.Inherited()._asdict()))')
+    done = subprocess.run(['sh', '-c', 'echo $$ > %s/cgroup.procs && exec "$@"' % folder, 'sh', sys.executable, '-c',
+                           code], capture_output=True, text=True, timeout=60)
+    budget = json.loads(done.stdout)
+    assert budget['limit'] == 3 * 2**30 and budget['source'] == 'its cgroup %s' % folder, done.stderr
+  finally:
+    os.rmdir(folder)
+
+
+@needs_cgroup
+@pytest.mark.slow
+def test_a_trainer_that_outgrows_its_budget_is_one_line_and_leaves_no_cgroup(tmp_path, own_cgroup):
+  done = subprocess.run(TRAINER + ['--model=synthetic.DenseStack', '--logdir=%s' % (tmp_path / 'run'),
+                                   '--max_steps=3', '--memory_limit=1GiB', '--model_params_override=' + TOO_BIG],
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 137, done.stderr[-2000:]
+  assert done.stderr.strip().splitlines()[-1] == (
+      'lingpipe-train: error: killed by the kernel: it ran out of memory, its budget of 1.00 GiB (--memory_limit), '
+      'peak 1.00 GiB. No checkpoint was written yet.'), done.stderr[-2000:]
+  assert own_cgroup() == []
+  # Under a budget it fits, the same model trains; the budget is said where a worker reports it.
+  done = subprocess.run(TRAINER + ['--model=synthetic.DenseStack', '--logdir=%s' % (tmp_path / 'small'),
+                                   '--max_steps=3', '--memory_limit=2GiB', '--model_params_override=' + SMALL],
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert own_cgroup() == []
+
+
+@needs_cgroup
+@pytest.mark.slow
+def test_a_worker_that_outgrows_its_budget_is_named_by_the_trainer_and_in_its_log(tmp_path, own_cgroup):
+  with local_cluster.LocalCluster(2, memory_limit='1GiB', log_dir=str(tmp_path / 'logs')) as workers:
+    for task in range(2):
+      assert ('memory budget: 1.00 GiB (--memory_limit; enforced by the kernel\'s memory cgroup (v%d))' % _VERSION
+              in workers.Log(task))
+    done = subprocess.run(TRAINER + [
+        '--cluster_spec=' + workers.spec_text, '--model=synthetic.DenseStack', '--logdir=%s' % (tmp_path / 'run'),
+        '--max_steps=20', '--model_params_override=task.num_layers=20;task.hidden_dim=2048;'
+        'task.train.save_interval_steps=1000'], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr[-3000:]
+    line = done.stderr.strip().splitlines()[-1]
+    m = re.search(r'worker /job:worker/replica:0/task:(\d) at 127\.0\.0\.1:\d+: it ran out of memory: the kernel '
+                  r'killed it at its budget of 1\.00 GiB \(--memory_limit; peak 1\.00 GiB\)\. Restart it \(.* '
+                  r'--memory_limit=1024MiB\), then rerun the same command \(no checkpoint was written yet\)\.', line)
+    assert m, line
+    assert ('killed by the kernel: it ran out of memory, its budget of 1.00 GiB (--memory_limit), peak 1.00 GiB.'
+            in workers.Log(int(m.group(1))))
+  assert own_cgroup() == []
