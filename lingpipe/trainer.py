@@ -55,6 +55,9 @@ flags.DEFINE_string('memory_limit', None, "The trainer process's memory budget, 
                     'memory cgroup enforces it, and a death by it is one line naming the budget, the last checkpoint '
                     'and what fits. A trainer already in a limited cgroup (a container) takes that limit without the '
                     'flag.')
+flags.DEFINE_string('device_memory', None, '--mode=inspect: the memory of one device (on CPU machines, of the '
+                    'process holding it), e.g. 1.5GiB; the planner says whether the model fits it. Default: the '
+                    'budgets the workers report, else none (nothing is said to fit).')
 flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors and TensorFlow\'s own log lines.')
 
 FLAGS = flags.FLAGS
@@ -170,7 +173,9 @@ def Run(argv=None, out=None):
           raise interrupt.Interrupted(loop.ResumeHint()) from e
   with cluster.Use(SetUpCluster(p)):
     if FLAGS.mode == 'inspect':
-      return inspector.Inspect(p, out=out)
+      from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
+      return inspector.Inspect(p, out=out, device_memory=byte_sizes.Parse(FLAGS.device_memory, '--device_memory')
+                               if FLAGS.device_memory else None)
     if FLAGS.mode == 'eval':
       return evaler.Evaluate(p, FLAGS.logdir, FLAGS.checkpoint_path, out=out)
     if FLAGS.mode == 'decode':

@@ -46,8 +46,9 @@ def test_what_a_backward_reads_from_inside_a_layer_is_traced():
   shapes = {'x': tf.TensorShape([4, 8, 32]), 'paddings': tf.TensorShape([4, 8])}
   small = saved_activations.Describe(block, shapes).internal
   doubled = saved_activations.Describe(block, {'x': [8, 8, 32], 'paddings': [8, 8]}).internal
-  # At least the hidden units and the attention probabilities, and twice as much for twice the batch.
-  assert small >= 4 * 8 * 64 * 4 + 4 * 4 * 8 * 8 * 4 and doubled == 2 * small
+  # At least the hidden units and the attention probabilities, and twice as much for twice the batch (within the
+  # layer norms' per-row statistics, a few hundred bytes here).
+  assert small >= 4 * 8 * 64 * 4 + 4 * 4 * 8 * 8 * 4 and abs(doubled - 2 * small) <= 0.01 * doubled
   ids = embedding.EmbeddingLayer.Params().Set(name='e', vocab_size=10, embedding_dim=4)
   assert saved_activations.Describe(ids, tf.TensorShape([4, 8])) is None  # Wants integer ids: outputs alone.
   layers = memory_plan.DescribeLayers([block.Copy() for _ in range(2)], shapes)
@@ -171,21 +172,44 @@ def test_a_transformer_is_planned_with_what_its_layers_keep_inside(schedule, rem
 
 
 def test_the_tool_recommends_a_configuration_and_explains_a_miss(capsys):
-  args = plan_pipeline._Args(['--model=synthetic.DeepMlpGPipe', '--devices=2', '--device_memory=64MiB'])
+  args = plan_pipeline._Args(['--model=synthetic.DeepMlpGPipe', '--devices=2', '--device_memory=64MiB', '--processes=devices'])
   candidates, best = plan_pipeline.Plan(args)
   out = capsys.readouterr().out
   assert best is not None and 'Recommended: --model_params_override="task.network.num_splits=' in out
   assert {c.num_splits for c in candidates} == {1, 2}
-  plan_pipeline.Plan(plan_pipeline._Args(['--model=synthetic.DeepMlpGPipe', '--device_memory=1KiB']))
+  plan_pipeline.Plan(plan_pipeline._Args(['--model=synthetic.DeepMlpGPipe', '--device_memory=1KiB', '--processes=devices']))
   assert 'Nothing fits in 1KiB: the smallest peak is' in capsys.readouterr().out
   with pytest.raises(errors.ConfigError, match='no PipeliningLayer to plan'):
     plan_pipeline.Plan(plan_pipeline._Args(['--model=synthetic.Mlp']))
 
 
+def test_the_tool_plans_whole_processes_and_says_nothing_fits_without_a_budget(capsys, monkeypatch):
+  from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
+  # This machine's measured model of a process (runners/process_memory.py), given here: 300 MiB + 1.1 x the
+  # allocator's peak for a worker, 250 MiB + 1.05 x for one process holding every device.
+  calibration = process_memory.Calibration(process_memory.ProcessModel(250 * 2**20, 1.05),
+                                           process_memory.ProcessModel(300 * 2**20, 1.1), 340 * 2**20, 'here', 'today')
+  monkeypatch.setattr(process_memory, 'Load', lambda: calibration)
+  args = ['--model=synthetic.DeepMlpGPipe', '--devices=2', '--micro_batches=4']
+  candidates, best = plan_pipeline.Plan(plan_pipeline._Args(args))
+  out = capsys.readouterr().out
+  assert best is None and 'fits' not in out.splitlines()[1] and '(No --device_memory: give the memory' in out
+  candidates, best = plan_pipeline.Plan(plan_pipeline._Args(args + ['--device_memory=310MiB', '--all']))
+  out = capsys.readouterr().out
+  assert 'process = the fullest lingpipe-worker, one per device' in out and 'process MiB  fits' in out
+  worker = lambda c: max(300 * 2**20 + 1.1 * cell.peak for cell in c.cells)
+  assert best is not None and worker(best) <= 310 * 2**20
+  assert all((worker(c) <= 310 * 2**20) == line.endswith('yes') for c, line in zip(
+      sorted(candidates, key=lambda c: (c.num_splits, c.num_micro_batches, c.remat)),
+      [l for l in out.splitlines() if l.endswith((' yes', ' no'))]))
+  _, one = plan_pipeline.Plan(plan_pipeline._Args(args + ['--device_memory=310MiB', '--processes=one']))
+  assert 'one process holding every device' in capsys.readouterr().out and one is not None
+
+
 def test_the_tool_plans_a_keras_builders_model_piece_by_piece(capsys):
   # The pipeline's one entry naming the builder stands for its 8 Dense layers (KerasLayer.ExpandUnits).
   candidates, best = plan_pipeline.Plan(plan_pipeline._Args(
-      ['--model=synthetic.KerasMlpGPipe', '--devices=2', '--device_memory=64MiB']))
+      ['--model=synthetic.KerasMlpGPipe', '--devices=2', '--device_memory=64MiB', '--processes=devices']))
   assert best is not None and {c.num_splits for c in candidates} == {1, 2}
   assert 'Recommended: --model_params_override="task.network.num_splits=' in capsys.readouterr().out
 
@@ -200,6 +224,8 @@ def test_inspect_prints_the_prediction_for_the_pipelines_own_k_and_m():
   rows = [line.split() for line in out.getvalue().splitlines() if line.startswith('gpipe ')]
   assert [(r[1], r[2], r[3]) for r in rows] == [('always', '2', '4'), ('except_last', '2', '4'), ('never', '2', '4')]
   assert '2 optimizer slot(s) per weight' in out.getvalue()
+  assert 'give --device_memory (or workers with --memory_limit) to see whether it fits' in out.getvalue()
+  assert not [line for line in out.getvalue().splitlines() if line.endswith(('fits', ' yes', ' no'))]
 
 
 def test_the_planner_finds_the_papers_largest_transformers(capsys):

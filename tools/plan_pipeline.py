@@ -28,7 +28,14 @@ def _Args(argv):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--model', required=True, help='A registered model, e.g. image.cifar10.AmoebaNetD.')
   parser.add_argument('--devices', type=int, default=2, help='Accelerators available: K goes up to this.')
-  parser.add_argument('--device_memory', default='16GiB', help='Memory of one device, e.g. 16GiB or 512MiB.')
+  parser.add_argument('--device_memory', default=None, help='Memory of one device (or of one process, with '
+                      '--processes), e.g. 16GiB or 1.5GiB. Without it nothing is said to fit.')
+  parser.add_argument('--processes', default=None, choices=('workers', 'one', 'devices'),
+                      help='What must fit in --device_memory: a lingpipe-worker process per device (a CPU cluster: '
+                      'the device\'s peak plus what this machine\'s processes hold beyond their allocator, measured '
+                      'once and kept; runners/process_memory.py), one process holding every device (local logical '
+                      'devices), or each device\'s own memory (accelerators). Default: workers on a machine without '
+                      'GPUs, else devices.')
   parser.add_argument('--micro_batches', default='1,2,4,8,16,32', help='Values of M to consider.')
   parser.add_argument('--model_params_override', default='', help='Params text applied on top of the model\'s.')
   parser.add_argument('--all', action='store_true', help='List the configurations that do not fit too.')
@@ -60,7 +67,7 @@ def Plan(args, out=None):
     raise errors.ConfigError('Model %s: its pipeline %s has no input_shapes; set task.network.input_shapes to one '
                              'batch\'s shapes for the planner.' % (args.model, pipelines[0].path))
   batch = memory_plan.BatchSize(shapes, pipe.batch_dim)
-  device_memory = memory_plan.ParseBytes(args.device_memory)
+  device_memory = memory_plan.ParseBytes(args.device_memory) if args.device_memory else None
   micro = [int(m) for m in args.micro_batches.split(',') if m]
   times = None
   if args.speed_model == 'measured':
@@ -71,25 +78,48 @@ def Plan(args, out=None):
                                       balance=pipe.balance if not pipe.cell_tpl else 'uniform',
                                       slots=memory_plan.OptimizerSlots(p.task.train.optimizer),
                                       dtype_size=pipe.dtype.size, fprop_dtype=pipelines[0].fprop_dtype, times=times)
-  shown = candidates if args.all else [c for c in candidates if c.peak <= device_memory]
-  print('# %s: %d layers, batch %d, %d device(s) of %s, weights %s, computes in %s; peak = the fullest device '
-        '(MiB)' % (args.model, len(layers), batch, args.devices, args.device_memory, pipe.dtype.name,
-                   pipelines[0].fprop_dtype.name), file=out)
+  peak_of, where = _ProcessPeak(args, out)
+  fits = (lambda c: peak_of(c) <= device_memory) if device_memory else (lambda c: True)
+  shown = candidates if args.all or not device_memory else [c for c in candidates if fits(c)]
+  print('# %s: %d layers, batch %d, %d device(s)%s, weights %s, computes in %s; peak = the fullest device '
+        '(MiB)%s' % (args.model, len(layers), batch, args.devices, ' of ' + args.device_memory if device_memory else '',
+                     pipe.dtype.name, pipelines[0].fprop_dtype.name, '; process = ' + where if where else ''),
+        file=out)
   if times is not None:
     print('# speed-ups from layer times measured here at batch %s' % ', '.join(
         str(b) for b in sorted({batch // m for m in micro if m <= batch and batch % m == 0})), file=out)
-  for line in memory_plan.Table(shown, device_memory):
+  for line in memory_plan.Table(shown, device_memory, peak_of if where else None):
     print(line, file=out)
-  best = memory_plan.Recommend(candidates, device_memory)
+  if not device_memory:
+    print('(No --device_memory: give the memory of a device or process to see what fits and the recommendation.)',
+          file=out)
+    return candidates, None
+  best = memory_plan.Recommend(candidates, device_memory, peak_of)
   if best is None:
-    smallest = min(candidates, key=lambda c: c.peak)
+    smallest = min(candidates, key=peak_of)
     print('Nothing fits in %s: the smallest peak is %.1f MiB (remat=%s, K=%d, M=%d). Use more devices or more '
-          'memory.' % (args.device_memory, smallest.peak / 2**20, smallest.remat, smallest.num_splits,
+          'memory.' % (args.device_memory, peak_of(smallest) / 2**20, smallest.remat, smallest.num_splits,
                        smallest.num_micro_batches), file=out)
   else:
     print('Recommended: --model_params_override="%s"  (peak %.1f MiB of %s, predicted %.2fx the plain model)' % (
-        best.Override(), best.peak / 2**20, args.device_memory, best.speedup), file=out)
+        best.Override(), peak_of(best) / 2**20, args.device_memory, best.speedup), file=out)
   return candidates, best
+
+
+def _ProcessPeak(args, out):
+  """(candidate -> the bytes that must fit --device_memory, a description of them or '')."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  processes = args.processes or ('devices' if tf.config.list_physical_devices('GPU') else 'workers')
+  if processes == 'devices':
+    return (lambda c: c.peak), ''
+  from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
+  calibration = process_memory.LoadOrCalibrate(out)
+  if processes == 'one':
+    return (lambda c: memory_plan.ProcessPeaks(c, calibration.trainer, one_process=True)[0],
+            'one process holding every device (measured here %s)' % calibration.measured)
+  return (lambda c: max(memory_plan.ProcessPeaks(c, calibration.worker)),
+          'the fullest lingpipe-worker, one per device (measured here %s)' % calibration.measured)
 
 
 def main(argv=None):

@@ -130,6 +130,21 @@ def Usage(budget):
   return out
 
 
+def Charge(pid):
+  """Bytes process `pid` holds that its memory cgroup cannot reclaim without hurting it: anonymous memory and
+  mapped file pages (its libraries' code), read from its cgroup's memory.stat; page cache it merely wrote (a
+  checkpoint) is left out, as the kernel reclaims that before it kills. Without a cgroup: its RSS. None if gone."""
+  version, folder = OwnCgroup(pid)
+  stat = _Read(os.path.join(folder, 'memory.stat')) if folder else None
+  if stat:
+    fields = dict(line.split() for line in stat.splitlines() if len(line.split()) == 2)
+    keys = ('rss', 'mapped_file') if version == 1 else ('anon', 'file_mapped')
+    if all(k in fields for k in keys):
+      return sum(int(fields[k]) for k in keys)
+  m = re.search(r'^VmRSS:\s+(\d+) kB', _Read('/proc/%s/status' % pid) or '', re.M)
+  return int(m.group(1)) * 1024 if m else None
+
+
 # -- making one ------------------------------------------------------------------------------------------------
 def _Write(path, text):
   with open(path, 'w') as f:

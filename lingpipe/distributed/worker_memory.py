@@ -79,12 +79,12 @@ class Monitor:
       self.Poll()
 
   def Summary(self):
-    """'task 0 1.21/1.50 GiB, task 1 1.10 GiB' (peak / budget), or '' before any report."""
+    """'task 0 1.21/1.50 GiB, task 1 1.10 GiB' (peak / budget, in GiB), or '' before any report."""
     parts = []
     for task in sorted(self.last):
       r = self.last[task]
-      parts.append('task %d %s%s' % (task, byte_sizes.Format(r['peak'] or 0).replace(' GiB', ''),
-                                     '/' + byte_sizes.Format(r['limit']) if r['limit'] else ' GiB'))
+      parts.append('task %d %.2f%s GiB' % (task, (r['peak'] or 0) / 2**30,
+                                          '/%.2f' % (r['limit'] / 2**30) if r['limit'] else ''))
     return ', '.join(parts)
 
 

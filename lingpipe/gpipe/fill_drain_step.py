@@ -47,10 +47,11 @@ def TrainFProp(layer, inputs):
                                             forward.wanted)
       with tf.device(devices[-1]):
         dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
-        looped = phase_loop.Loops(forward.plan, plan_lib.BACKWARD, p.loop_phases, cells.Saves(forward.plan))
+        looped = phase_loop.Loops(forward.plan, plan_lib.BACKWARD, layer.LoopPhases(r), cells.Saves(forward.plan))
         dy_stacked = microbatch.Stacked(dy, num_micro, p.batch_dim, forward.pad_rows) if looped else None
       first, accumulated = executor.Backward(forward.plan, cells, dy_micro, dy_stacked, forward.kept,
-                                             recorder=recorder, name=layer.TimelineName(r), loop=p.loop_phases)
+                                             recorder=recorder, name=layer.TimelineName(r),
+                                             loop=layer.LoopPhases(r))
       by_ref = layer.GradientsByVariable(accumulated, r)
       return (layer.MergeInputGrads(first, r, forward.pad_rows),
               [by_ref.get(v.ref()) for v in (variables or [])])

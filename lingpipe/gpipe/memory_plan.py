@@ -313,12 +313,23 @@ def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batche
   return candidates
 
 
-def Recommend(candidates, device_memory):
-  """The fitting candidate with the highest predicted speed-up (then the least memory), or None."""
-  fitting = [c for c in candidates if c.peak <= device_memory]
+def Recommend(candidates, device_memory, peak_of=None):
+  """The fitting candidate with the highest predicted speed-up (then the least memory), or None. `peak_of`
+  (default: the fullest device's peak) predicts what must fit in `device_memory`: a process's (ProcessPeaks)."""
+  peak_of = peak_of or (lambda c: c.peak)
+  fitting = [c for c in candidates if peak_of(c) <= device_memory]
   if not fitting:
     return None
-  return max(fitting, key=lambda c: (round(c.speedup, 3), -c.peak))
+  return max(fitting, key=lambda c: (round(c.speedup, 3), -peak_of(c)))
+
+
+def ProcessPeaks(candidate, process, one_process=False):
+  """Each process's predicted peak (bytes) for `candidate`: `process` (runners/process_memory.ProcessModel: what a
+  process holds beyond its allocator) of each device's peak, every device its own process (lingpipe-workers), or
+  with `one_process` of their sum (logical devices of one process share its allocator)."""
+  if one_process:
+    return [process.Peak(sum(cell.peak for cell in candidate.cells))]
+  return [process.Peak(cell.peak) for cell in candidate.cells]
 
 
 def ParseBytes(text):
@@ -326,17 +337,24 @@ def ParseBytes(text):
   return byte_sizes.Parse(text)
 
 
-def Table(candidates, device_memory) -> List[str]:
-  """Lines of a table of the candidates, fitting ones marked."""
-  lines = ['%-21s %-12s %3s %4s  %-14s %10s %10s %10s %10s  %6s %8s  %s' % (
+def Table(candidates, device_memory=None, peak_of=None) -> List[str]:
+  """Lines of a table of the candidates: the fullest device's prediction, and with `peak_of` (a process's, e.g.
+  ProcessPeaks) a column of it; whether it fits only against a `device_memory` given."""
+  header = '%-21s %-12s %3s %4s  %-14s %10s %10s %10s %10s  %6s %8s' % (
       'schedule', 'remat', 'K', 'M', 'layers/cell', 'peak MiB', 'weights', 'stash', 'working', 'bubble',
-      'speed-up', 'fits')]
+      'speed-up')
+  header += '  %12s' % 'process MiB' if peak_of else ''
+  lines = [header + ('  fits' if device_memory else '')]
   for c in sorted(candidates, key=lambda c: (c.num_splits, c.num_micro_batches, c.remat)):
     big = max(c.cells, key=lambda cell: cell.peak)
     name = c.schedule + (' v=%d' % c.virtual_stages if c.virtual_stages > 1 else '')
-    lines.append('%-21s %-12s %3d %4d  %-14s %10.1f %10.1f %10.1f %10.1f  %6.3f %8.2f  %s' % (
+    line = '%-21s %-12s %3d %4d  %-14s %10.1f %10.1f %10.1f %10.1f  %6.3f %8.2f' % (
         name, c.remat, c.num_splits, c.num_micro_batches, ','.join(map(str, c.counts))[:14],
         c.peak / 2**20, (big.weights + big.copies) / 2**20, big.stash / 2**20, big.working / 2**20, c.bubble,
-        c.speedup,
-        'yes' if c.peak <= device_memory else 'no'))
+        c.speedup)
+    if peak_of:
+      line += '  %12.1f' % (peak_of(c) / 2**20)
+    if device_memory:
+      line += '  %s' % ('yes' if (peak_of or (lambda x: x.peak))(c) <= device_memory else 'no')
+    lines.append(line)
   return lines

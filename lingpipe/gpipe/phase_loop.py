@@ -62,6 +62,16 @@ class MicroBatches:
       return tf.nest.map_structure(lambda s: tf.gather(s, m), self._stacked)
 
 
+def HostMemory(device):
+  """The process whose CPU memory `device` is ('/job:worker/replica:0/task:1'; '' for this one), or None for a
+  device with memory of its own (a GPU): a loop's state, kept on one device, is shared without copies only among
+  the CPU devices of one process."""
+  spec = tf.DeviceSpec.from_string(device or '')
+  if spec.device_type not in (None, 'CPU'):
+    return None
+  return spec.replace(device_type=None, device_index=None).to_string()
+
+
 def Loops(plan, phase, loop=True, saves=False):
   """The ticks of `phase` the executor runs as one tf.while_loop: (first, stop, step) with the loop running
   ticks first .. stop-1, or None when every tick runs unrolled (loop=False, no repeated pattern, or taped).

@@ -105,8 +105,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('virtual_stages', 1, "Cells per device v, for schedule='interleaved_1f1b': `layers` are cut into "
              'num_splits x v cells (with `cell_tpl`, len(cell_tpl) / v devices), cell c on device c mod num_splits.')
     p.Define('loop_phases', True, "Run the steady ticks of GPipe's passes as one tf.while_loop, so graph size "
-             'and time to first step stay nearly flat in M (phase_loop.py); False unrolls them: across processes '
-             'a loop pays a round trip per iteration, which may cost more than the larger graph.')
+             'and time to first step stay nearly flat in M (phase_loop.py), where the cells\' devices share one '
+             'process\'s memory (logical CPU devices); elsewhere (workers, GPUs) they run unrolled: a loop\'s '
+             'state lives on one device, so the other cells\' gradient sums and parameters would be copied to it '
+             'and back every iteration. False unrolls them everywhere.')
     p.Define('devices', None, 'Device names for the cells: a list of K, or a list of K per replica; None takes '
              'the current cluster\'s mesh (the trainer\'s; locally: GPUs, else logical CPU devices; see '
              'lingpipe.distributed.cluster).')
@@ -356,15 +358,21 @@ class PipeliningLayer(base_layer.BaseLayer):
     cells = self.functions.ExecutorCells(r, params, training, padding, recorder is not None, wanted)
     with tf.device(devices[0]):
       stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
-                 if phase_loop.Loops(plan, plan_lib.FORWARD, p.loop_phases, cells.Saves(plan)) else None)
+                 if phase_loop.Loops(plan, plan_lib.FORWARD, self.LoopPhases(r), cells.Saves(plan)) else None)
     result = executor.Forward(plan, cells, micro, stacked, recorder=recorder, name=self.TimelineName(r),
-                              loop=p.loop_phases)
+                              loop=self.LoopPhases(r))
     if training:
       self.ApplyBatchNormMoments(result.moments)
     with tf.device(devices[-1]):
       outputs = microbatch.MergeStacked(result.outputs, p.batch_dim, pad_rows)
     return outputs, NestedMap(plan=plan, kept=result.kept, params=params, pad_rows=pad_rows, padding=padding,
                               wanted=wanted)
+
+  def LoopPhases(self, replica=0):
+    """Whether the passes' steady ticks run as a tf.while_loop (p.loop_phases): only where every cell's device is
+    a CPU device of one process, whose memory they share."""
+    hosts = {phase_loop.HostMemory(device) for device in self._mesh[replica]}
+    return bool(self.params.loop_phases) and len(hosts) == 1 and None not in hosts
 
   # -- what a step driven by the executor needs (here, loss_step.py; also Replica, ReplicaDevices, NumMicroBatches)
   def ApplyBatchNormMoments(self, merged):

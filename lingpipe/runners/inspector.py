@@ -16,7 +16,9 @@ def VariableTable(task):
   return rows
 
 
-def Inspect(p, out=None):
+def Inspect(p, out=None, device_memory=None):
+  """Prints the params, the device mesh, the variables and each pipeline's cells with the planner's prediction;
+  what fits is said only against a budget: `device_memory` (bytes), else the workers' reported budgets."""
   mesh = cluster.Current()
   with mesh.Placement():
     task = p.task.Instantiate()
@@ -32,9 +34,10 @@ def Inspect(p, out=None):
     print('%-*s  %-*s  %-*s  %12d  %s' % (widths[0], name, widths[1], shape, widths[2], device, nbytes,
                                           'yes' if trainable else 'no'), file=out)
   slots = memory_plan.OptimizerSlots(p.task.train.optimizer) if 'train' in p.task else 0
+  budget, process = _Budget(mesh, device_memory)
   for layer in task.Walk():
     if isinstance(layer, pipelining_layer.PipeliningLayer):
-      PrintCells(layer, out, slots)
+      PrintCells(layer, out, slots, budget, process, mesh)
   trainable = sum(var.shape.num_elements() for var in task.trainable_variables)
   total_bytes = sum(r[3] for r in rows)
   print('# %d variables, %d trainable parameters, %.2f MiB' % (len(rows), trainable, total_bytes / 2**20),
@@ -61,9 +64,25 @@ def _Human(n, unit=''):
   return '%.3gP%s' % (n, unit)
 
 
-def PrintCells(pipeline, out=None, slots=0):
+def _Budget(mesh, device_memory):
+  """(bytes each process or device must fit in, the process model (runners/process_memory.py) or None): the
+  --device_memory given, else the smallest budget the workers report; (None, None) without either. The process
+  model applies on CPU machines, where a device is a process's (a worker's) or the trainer's own memory."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
+  budget = device_memory
+  if budget is None and mesh.is_remote:
+    limits = [(i.get('memory') or {}).get('limit') for i in mesh.identities.values()]
+    budget = min([l for l in limits if l], default=None)
+  if budget is None or tf.config.list_physical_devices('GPU'):
+    return budget, None
+  return budget, process_memory.LoadOrCalibrate()
+
+
+def PrintCells(pipeline, out=None, slots=0, budget=None, process=None, mesh=None):
   """A table of the pipeline's cells: layers, device, parameters, flops, estimated activation memory; and the
-  memory planner's prediction for its K and M (`slots`: the optimizer's slot variables per weight)."""
+  memory planner's prediction for its K and M (`slots`: the optimizer's slot variables per weight), against
+  `budget` (bytes) when one is given, with each process's peak from `process` (process_memory.Calibration)."""
   p = pipeline.params
   print('# Pipeline %s: %d cells, %d micro-batches, remat=%s, schedule=%s, weights %s, computes in %s' % (
       pipeline.path, pipeline.num_cells, p.num_micro_batches, p.remat, p.schedule, p.dtype.name,
@@ -87,7 +106,14 @@ def PrintCells(pipeline, out=None, slots=0):
           len(pipeline.CellLayers(k)) for k in range(pipeline.num_cells)], slots=slots, dtype_size=p.dtype.size,
       fprop_dtype=pipeline.fprop_dtype,
       virtual_stages=(p.virtual_stages,) if p.virtual_stages > 1 else ())
+  peak_of = None
+  if process is not None:
+    one = not (mesh is not None and mesh.is_remote)  # Local devices: one process; else a worker per device.
+    peak_of = lambda c: max(memory_plan.ProcessPeaks(c, process.trainer if one else process.worker, one))
   print('# Memory planner, per device, with %d optimizer slot(s) per weight (lingpipe/gpipe/memory_plan.py; '
-        'tools/plan_pipeline.py explores K and M):' % slots, file=out)
-  for line in memory_plan.Table([c for c in candidates if c.num_splits == pipeline.num_devices], float('inf')):
+        'tools/plan_pipeline.py explores K and M)%s:' % (
+            slots, '; against a budget of %.0f MiB%s' % (budget / 2**20, ' per process' if process else '')
+            if budget else '; give --device_memory (or workers with --memory_limit) to see whether it fits'),
+        file=out)
+  for line in memory_plan.Table([c for c in candidates if c.num_splits == pipeline.num_devices], budget, peak_of):
     print(line, file=out)

@@ -19,6 +19,7 @@ from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
 from lingpipe.runners import init_from_checkpoint
 from lingpipe.runners import interrupt
+from lingpipe.runners import process_memory
 from lingpipe.runners import safe_write
 from lingpipe.runners import shared_logdir
 
@@ -195,6 +196,22 @@ class TrainLoop:
         self.Print('The input starts from its beginning, not from the checkpoint\'s position: %s.' % input_changes)
     return restored
 
+  def _MemoryAdvice(self):
+    """Says the workers' budgets, and keeps what the planner says fits the budget (the workers' or this process's),
+    to say if memory runs out."""
+    budget = memory_budget.Current()
+    limit = budget.limit if budget else None
+    if self.cluster.is_remote:
+      budgets = self.cluster.WorkerBudgets()
+      if budgets:
+        self.Print("Workers' memory budgets: %s." % budgets)
+      limits = [(i.get('memory') or {}).get('limit') for i in self.cluster.identities.values()]
+      limit = min([l for l in limits if l], default=None)
+    if limit:
+      self.memory_advice = process_memory.Advice(self.p, limit, len(self.cluster.devices[0]), self.cluster.is_remote)
+      if self.cluster.is_remote:
+        self.cluster.memory_advice = self.memory_advice
+
   def ResumeHint(self):
     """Where the same command resumes, as the end of a sentence."""
     latest = checkpointer.LatestCheckpoint(self.train_dir)
@@ -264,11 +281,8 @@ class TrainLoop:
           self.task, tp.init_from_checkpoint, [tuple(r) for r in tp.init_from_checkpoint_rules],
           tp.init_from_checkpoint_exclude))
     step = int(self.global_step.numpy())
-    memory_budget.Tell(name='lingpipe-train', checkpoint=self.manager.latest_checkpoint)
-    if self.cluster.is_remote:
-      budgets = self.cluster.WorkerBudgets()
-      if budgets:
-        self.Print("Workers' memory budgets: %s." % budgets)
+    self._MemoryAdvice()
+    memory_budget.Tell(name='lingpipe-train', checkpoint=self.manager.latest_checkpoint, advice=self.memory_advice)
     if step >= tp.max_steps:  # Nothing is written: params.txt still describes the checkpoints.
       self.Print('Already at step %d >= max_steps %d; nothing to train.' % (step, tp.max_steps))
       return step

@@ -1,0 +1,90 @@
+"""Training trials in fresh processes, each under a memory cap, with every process's peak measured: what the capacity
+benchmark bisects on and what the planner's per-machine calibration (process_memory.py) fits.
+
+A trial runs lingpipe-train (the plain model in one process, or a trainer beside `workers` lingpipe-workers), every
+process under `cap` bytes (--memory_limit), and samples each process's charge (memory_budget.Charge: anonymous and
+mapped memory, what its cgroup cannot reclaim) every 50 ms; it trained if the run ended with its checkpoint.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import NamedTuple
+
+from lingpipe.distributed import memory_budget
+from lingpipe.runners import local_cluster
+
+
+class Trial(NamedTuple):
+  ok: bool
+  peaks: dict  # process name -> bytes (measured)
+  seconds: float
+  line: str  # the trainer's last line
+
+
+def _Children(pid):
+  try:
+    with open('/proc/%d/task/%d/children' % (pid, pid)) as f:
+      return [int(c) for c in f.read().split()]
+  except OSError:
+    return []
+
+
+class _Sampler:
+  """Samples the charge (memory_budget.Charge) of named processes every 50 ms; `peaks` keeps each one's largest."""
+
+  def __init__(self, pids):
+    self.pids, self.peaks = dict(pids), {}
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._Run, daemon=True)
+
+  def _Run(self):
+    while not self._stop.wait(0.05):
+      for name, pid in list(self.pids.items()):
+        charge = memory_budget.Charge(pid)
+        if charge:
+          self.peaks[name] = max(self.peaks.get(name, 0), charge)
+
+  def __enter__(self):
+    self._thread.start()
+    return self
+
+  def __exit__(self, *unused):
+    self._stop.set()
+    self._thread.join()
+
+
+def Run(model, override, workers, cap, steps, scratch=None):
+  """Trains `model` with params `override` for `steps` steps: in one process (`workers` 0) or with a trainer beside
+  `workers` lingpipe-workers, every process under `cap` bytes. Returns a Trial."""
+  logdir = tempfile.mkdtemp(dir=scratch, prefix='trial-')
+  command = [sys.executable, '-m', 'lingpipe.trainer', '--model=' + model, '--logdir=' + logdir,
+             '--max_steps=%d' % steps, '--memory_limit=%d' % cap, '--model_params_override=' + override]
+  start = time.time()
+  try:
+    if workers:
+      with local_cluster.LocalCluster(workers, memory_limit=str(cap), log_dir=os.path.join(logdir, 'logs'),
+                                      ready_timeout_s=120) as cluster:
+        pids = {'worker %d' % t: p.pid for t, p in enumerate(cluster.processes)}
+        return _Train(command + ['--cluster_spec=' + cluster.spec_text], pids, start)
+    return _Train(command, {}, start)
+  finally:
+    shutil.rmtree(logdir, ignore_errors=True)
+
+
+def _Train(command, pids, start):
+  trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  deadline = time.time() + 30
+  while not _Children(trainer.pid) and trainer.poll() is None and time.time() < deadline:
+    time.sleep(0.02)  # Its guard (the process started) forks the trainer itself, in its budget.
+  with _Sampler(dict(pids, trainer=(_Children(trainer.pid) or [trainer.pid])[0])) as sampler:
+    out, _ = trainer.communicate()
+  lines = out.strip().splitlines() or ['']
+  ok = trainer.returncode == 0 and any(line.startswith('Saved checkpoint') for line in lines)
+  return Trial(ok, sampler.peaks, time.time() - start, lines[-1])
+
+

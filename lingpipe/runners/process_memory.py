@@ -1,0 +1,197 @@
+"""What a process holds beyond its devices' allocator peak, measured once per machine and kept: the memory planner
+adds it to predict a whole process's peak under a budget (a worker's, or the plain trainer's).
+
+The allocator peak is what memory_plan predicts (weights, slots, gradients, stash, working set). A process also
+holds the Python and TensorFlow runtime, its graphs, gRPC buffers, and what the allocator keeps beyond its peak;
+measured here (AMD EPYC, cgroup v1) an idle worker is charged 267 MiB and a trainer's step runtime more. `Calibrate`
+trains synthetic.DenseStack at two depths, plain and on two workers, under a budget no larger than the machine
+(memory_trials.py), and fits each kind of process's measured peak against the planner's: peak = intercept + slope
+x allocator peak, the fullest worker for workers; the trainer beside workers (it holds no weights) as a constant.
+The fit is kept in ~/.cache/lingpipe/process_memory.json (LINGPIPE_CACHE moves it) under a key of the machine
+(TensorFlow, Python, CPU, kernel), so a new machine or TensorFlow is measured again.
+"""
+
+import datetime
+import json
+import os
+import platform
+import sys
+from typing import NamedTuple
+
+from lingpipe.core import cpu_kernels
+from lingpipe.runners import memory_trials
+from lingpipe.runners import safe_write
+
+
+class ProcessModel(NamedTuple):
+  """A process's peak charge = intercept + slope x the allocator peak of its devices (bytes)."""
+  intercept: float
+  slope: float
+
+  def Peak(self, allocator_bytes):
+    return self.intercept + self.slope * allocator_bytes
+
+
+class Calibration(NamedTuple):
+  trainer: ProcessModel  # the plain model's process
+  worker: ProcessModel  # a lingpipe-worker holding cells
+  client: float  # a trainer beside workers (no weights of its own)
+  machine: str
+  measured: str  # the date
+
+
+def MachineKey():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return '%s; TensorFlow %s; Python %s; kernel %s' % (
+      cpu_kernels.CpuFeatures()[0], tf.__version__, platform.python_version(), platform.release())
+
+
+def CachePath():
+  return os.path.join(os.environ.get('LINGPIPE_CACHE') or os.path.expanduser('~/.cache/lingpipe'),
+                      'process_memory.json')
+
+
+def _Cached():
+  try:
+    with open(CachePath(), encoding='utf-8') as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return {}
+
+
+def Load():
+  """This machine's Calibration, or None where it was never measured."""
+  entry = _Cached().get(MachineKey())
+  if not entry:
+    return None
+  return Calibration(ProcessModel(*entry['trainer']), ProcessModel(*entry['worker']), entry['client'],
+                     entry['machine'], entry['measured'])
+
+
+_WORKLOAD = 'synthetic.DenseStack'
+_SIZE = 'task.hidden_dim=2048;task.train.save_interval_steps=1000000'
+_PLAIN = "task.network.num_splits=1;task.network.num_micro_batches=1;task.network.remat='never'"
+_K2 = "task.network.num_splits=2;task.network.num_micro_batches=4;task.network.remat='always'"
+
+
+def DevicePeaks(model, override):
+  """The planner's allocator peak of each device (bytes) of `model` with params `override`, in its own
+  configuration (the first PipeliningLayer's K, M, remat, schedule and cut)."""
+  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+  p = trainer.BuildModelParams(model, override=override)
+  with base_layer.AbstractVariables():
+    task = p.task.Instantiate()
+  net = [layer for layer in task.Walk() if isinstance(layer, pipelining_layer.PipeliningLayer)][0]
+  q = net.params
+  candidates = memory_plan.Candidates(
+      [unit.params for unit in net.units], q.input_shapes, net.num_devices,
+      memory_plan.BatchSize(q.input_shapes, q.batch_dim), micro_batches=(q.num_micro_batches,),
+      remats=(q.remat,), schedules=(q.schedule,), balance=[len(net.CellLayers(k)) for k in range(net.num_cells)],
+      slots=memory_plan.OptimizerSlots(p.task.train.optimizer), dtype_size=q.dtype.size,
+      fprop_dtype=net.fprop_dtype, virtual_stages=(q.virtual_stages,) if q.virtual_stages > 1 else ())
+  chosen = [c for c in candidates if c.num_splits == net.num_devices][0]
+  return [cell.peak for cell in chosen.cells]
+
+
+def _Fit(points):
+  """ProcessModel through (allocator peak, measured) points (the line through the two extremes)."""
+  (x0, y0), (x1, y1) = min(points), max(points)
+  slope = (y1 - y0) / (x1 - x0) if x1 > x0 else 1.0
+  return ProcessModel(y0 - slope * x0, slope)
+
+
+def _MemTotal():
+  with open('/proc/meminfo') as f:
+    for line in f:
+      if line.startswith('MemTotal:'):
+        return int(line.split()[1]) * 1024 // 2
+  return 8 * 2**30
+
+
+def Calibrate(out=sys.stdout, depths=(4, 12), worker_depths=(8, 20)):
+  """Measures this machine (about 3 minutes) and keeps the Calibration; returns it."""
+  cap, trainer_points, worker_points, clients = _MemTotal(), [], [], []
+  for depth in depths:
+    override = '%s;task.num_layers=%d;%s' % (_SIZE, depth, _PLAIN)
+    trial = memory_trials.Run(_WORKLOAD, override, 0, cap, 6)
+    predicted = DevicePeaks(_WORKLOAD, override)[0]
+    trainer_points.append((predicted, trial.peaks['trainer']))
+    print('process memory: plain, %d layers: planner %.0f MiB, measured %.0f MiB' % (
+        depth, predicted / 2**20, trial.peaks['trainer'] / 2**20), file=out, flush=True)
+  for depth in worker_depths:
+    override = '%s;task.num_layers=%d;%s' % (_SIZE, depth, _K2)
+    trial = memory_trials.Run(_WORKLOAD, override, 2, cap, 6)
+    for cell, predicted in enumerate(DevicePeaks(_WORKLOAD, override)):
+      worker_points.append((predicted, trial.peaks['worker %d' % cell]))
+    clients.append(trial.peaks['trainer'])
+    print('process memory: K=2, %d layers: planner %s MiB, measured %s MiB, trainer %.0f MiB' % (
+        depth, ', '.join('%.0f' % (x / 2**20) for x, _ in worker_points[-2:]),
+        ', '.join('%.0f' % (y / 2**20) for _, y in worker_points[-2:]), clients[-1] / 2**20), file=out, flush=True)
+  # The fullest worker's excess at each size: the model must cover the worst process.
+  by_size = [max(worker_points[i:i + 2], key=lambda xy: xy[1] - xy[0]) for i in (0, 2)]
+  calibration = Calibration(_Fit(trainer_points), _Fit(by_size), max(clients), MachineKey(),
+                            datetime.date.today().isoformat())
+  cached = _Cached()
+  cached[calibration.machine] = dict(trainer=list(calibration.trainer), worker=list(calibration.worker),
+                                     client=calibration.client, machine=calibration.machine,
+                                     measured=calibration.measured)
+  safe_write.AtomicWrite(CachePath(), json.dumps(cached, indent=2), 'process memory calibration')
+  return calibration
+
+
+def LoadOrCalibrate(out=sys.stdout):
+  """This machine's Calibration, measured first (and said) where it never was."""
+  calibration = Load()
+  if calibration is None:
+    print('Measuring what a process of this machine holds beyond its allocator (once; about 3 minutes; kept in %s)'
+          % CachePath(), file=out, flush=True)
+    calibration = Calibrate(out)
+  return calibration
+
+
+def Advice(p, budget, num_devices, remote):
+  """What the planner says fits `budget` bytes a process for model params `p`: one sentence naming the override
+  (or how many devices would fit), or '' where this machine has no calibration or the model no pipeline. Said when
+  a process runs out of memory."""
+  from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+  calibration = Load()
+  if calibration is None or not budget:
+    return ''
+  with base_layer.AbstractVariables():
+    task = p.task.Instantiate()
+  nets = [layer for layer in task.Walk() if isinstance(layer, pipelining_layer.PipeliningLayer)]
+  if not nets or nets[0].params.input_shapes is None:
+    return ''
+  q = nets[0].params
+  layers = [unit.params for unit in nets[0].units]
+
+  def Best(devices, workers):
+    candidates = memory_plan.Candidates(
+        layers, q.input_shapes, devices, memory_plan.BatchSize(q.input_shapes, q.batch_dim),
+        slots=memory_plan.OptimizerSlots(p.task.train.optimizer), dtype_size=q.dtype.size,
+        fprop_dtype=nets[0].fprop_dtype, balance=q.balance if not q.cell_tpl else 'uniform')
+    model = calibration.worker if workers else calibration.trainer
+    peak_of = lambda c: max(memory_plan.ProcessPeaks(c, model, one_process=not workers))
+    return memory_plan.Recommend(candidates, budget, peak_of), peak_of
+
+  best, peak_of = Best(num_devices, remote)
+  if best is not None:
+    return ('The planner says this fits %.0f MiB a process: --model_params_override="%s" (predicted peak %.0f MiB).'
+            % (budget / 2**20, best.Override(), peak_of(best) / 2**20))
+  for devices in range(num_devices + 1, 9):
+    if devices > len(layers):
+      break
+    best, peak_of = Best(devices, True)
+    if best is not None and remote:
+      return ('The planner says %d workers of %.0f MiB fit it: --model_params_override="%s" (predicted peak %.0f '
+              'MiB each).' % (devices, budget / 2**20, best.Override(), peak_of(best) / 2**20))
+    if best is not None:
+      return ('The planner says nothing fits %.0f MiB in one process; %d lingpipe-workers of that size would '
+              '(tools/launch_local.py --workers=%d --worker_memory=%dMiB -- ... --model_params_override="%s").' % (
+                  budget / 2**20, devices, devices, budget // 2**20, best.Override()))
+  return 'The planner says nothing fits %.0f MiB a process with up to 8 workers.' % (budget / 2**20)
