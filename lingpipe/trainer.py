@@ -55,9 +55,14 @@ flags.DEFINE_string('memory_limit', None, "The trainer process's memory budget, 
                     'memory cgroup enforces it, and a death by it is one line naming the budget, the last checkpoint '
                     'and what fits. A trainer already in a limited cgroup (a container) takes that limit without the '
                     'flag.')
-flags.DEFINE_string('device_memory', None, '--mode=inspect: the memory of one device (on CPU machines, of the '
-                    'process holding it), e.g. 1.5GiB; the planner says whether the model fits it. Default: the '
-                    'budgets the workers report, else none (nothing is said to fit).')
+flags.DEFINE_string('device_memory', None, '--mode=inspect and --pipeline=auto: the memory of one device (on CPU '
+                    'machines, of the process holding it), e.g. 1.5GiB; the planner says whether the model fits it. '
+                    "Default: the budgets the workers report, or this process's budget, else none (nothing is said "
+                    'to fit).')
+flags.DEFINE_enum('pipeline', None, ['auto'], "auto: the trainer chooses each pipeline's K, M, remat, schedule and "
+                  'balance (those --model_params_override does not set) from the devices, the memory budget and '
+                  'layer times measured here, says what it chose, and records it in params.txt (a resume reuses '
+                  "it). Setting a field to 'auto' in the Params chooses that field alone.")
 flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors and TensorFlow\'s own log lines.')
 
 FLAGS = flags.FLAGS
@@ -82,9 +87,11 @@ def _ReadParamsFile(path):
 _DERIVED = (('model', '--model'), ('dataset', '--eval_dataset (eval and decode; training reads Train)'))
 
 
-def BuildModelParams(model, dataset='Train', params_file=None, override='', max_steps=None, seed=None):
-  """The registered model's params for `dataset` with the file and text overrides, max_steps and seed applied."""
-  return _BuildParams(model, dataset, params_file, override, max_steps, seed)[0]
+def BuildModelParams(model, dataset='Train', params_file=None, override='', max_steps=None, seed=None,
+                     auto_pipeline=False):
+  """The registered model's params for `dataset` with the file and text overrides, max_steps and seed applied;
+  with `auto_pipeline`, the pipeline fields the overrides leave are 'auto' (runners/pipeline_choice.py)."""
+  return _BuildParams(model, dataset, params_file, override, max_steps, seed, auto_pipeline=auto_pipeline)[0]
 
 
 def BuildRunParams(logdir, model, dataset='Train', params_file=None, override='', max_steps=None, seed=None):
@@ -95,12 +102,16 @@ def BuildRunParams(logdir, model, dataset='Train', params_file=None, override=''
       os.path.join(logdir, checkpointer.PARAMS_FILE), checkpointer.RecordedParamsText(logdir)))
 
 
-def _BuildParams(model, dataset, params_file, override, max_steps, seed, recorded=None):
+def _BuildParams(model, dataset, params_file, override, max_steps, seed, recorded=None, auto_pipeline=False):
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import recorded_params  # pylint: disable=g-import-not-at-top
   p = model_registry.GetParams(model, dataset)
   adopted = recorded_params.Adopt(p, recorded[1]) if recorded else None
+  if auto_pipeline:
+    from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
+    if not pipeline_choice.SetAuto(p):
+      raise errors.ConfigError('--pipeline=auto: model %s has no PipeliningLayer to configure.' % model)
   for what, text in (('--model_params_file_override=%s' % params_file, _ReadParamsFile(params_file)
                       if params_file else ''), ('--model_params_override', override)):
     if not text:
@@ -156,9 +167,10 @@ def Run(argv=None, out=None):
     if note:
       print(note, file=out, flush=True)
   else:
-    p = BuildModelParams(*params_args)
+    p = BuildModelParams(*params_args, auto_pipeline=FLAGS.pipeline == 'auto')
   if FLAGS.job:
     p.cluster.job = FLAGS.job
+  ChoosePipeline(p, out)
   if FLAGS.mode == 'train':
     if FLAGS.termination_grace_s <= 0:
       raise errors.ConfigError('--termination_grace_s=%g: expected a number of seconds > 0.' %
@@ -183,6 +195,34 @@ def Run(argv=None, out=None):
     if FLAGS.mode == 'profile':
       return profiler.Profile(p, FLAGS.logdir, FLAGS.profile_steps, out=out)
     return exporter.Export(p, FLAGS.logdir, FLAGS.export_dir, FLAGS.checkpoint_path, out=out)
+
+
+def ChoosePipeline(p, out=None):
+  """Chooses the pipeline fields of `p` left 'auto' (runners/pipeline_choice.py) among the local devices, within
+  --device_memory or this process's budget; a run's recorded choice is reused."""
+  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
+  if not pipeline_choice.Pending(p):
+    return None
+  from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
+  recorded = None
+  if FLAGS.logdir and FLAGS.mode != 'inspect':
+    from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
+    recorded = checkpointer.RecordedParamsText(FLAGS.logdir)
+  remote = FLAGS.mode != 'export' and tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job)[0]
+  if remote is not None and not pipeline_choice.ReusesRecorded(p, recorded):
+    raise errors.ConfigError("--pipeline=auto (or a pipeline field set to 'auto') chooses among this process's "
+                             'local devices; on a cluster, set the fields (tools/plan_pipeline.py --devices=<workers> '
+                             '--device_memory=<a worker\'s budget> recommends them).')
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
+  total = pipeline_choice.LocalDevices(FLAGS.pipeline_devices)
+  num_devices = max(1, total // max(1, p.cluster.num_replicas))
+  if remote is None and total > 1:
+    cluster.ConfigureLocalDevices(total)  # Before the layers are timed: TensorFlow starts then.
+  budget, peak_of, what = pipeline_choice.Budget(
+      p, FLAGS.device_memory, on_gpus=bool(tf.config.list_physical_devices('GPU')), out=out)
+  return pipeline_choice.Resolve(p, num_devices, budget, peak_of, what, recorded_text=recorded, out=out)
 
 
 def SetUpCluster(p):

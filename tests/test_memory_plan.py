@@ -188,7 +188,8 @@ def test_the_tool_plans_whole_processes_and_says_nothing_fits_without_a_budget(c
   # This machine's measured model of a process (runners/process_memory.py), given here: 300 MiB + 1.1 x the
   # allocator's peak for a worker, 250 MiB + 1.05 x for one process holding every device.
   calibration = process_memory.Calibration(process_memory.ProcessModel(250 * 2**20, 1.05),
-                                           process_memory.ProcessModel(300 * 2**20, 1.1), 340 * 2**20, 'here', 'today')
+                                           process_memory.ProcessModel(300 * 2**20, 1.1),
+                                           process_memory.ProcessModel(330 * 2**20, 2**20), 'here', 'today')
   monkeypatch.setattr(process_memory, 'Load', lambda: calibration)
   args = ['--model=synthetic.DeepMlpGPipe', '--devices=2', '--micro_batches=4']
   candidates, best = plan_pipeline.Plan(plan_pipeline._Args(args))

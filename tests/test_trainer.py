@@ -98,7 +98,7 @@ def test_misspelled_override_key(capsys, tmp_path):
 def test_override_of_wrong_type(capsys, tmp_path):
   line = _Error(capsys, '--model=synthetic.Mlp', '--logdir=%s' % tmp_path,
                 '--model_params_override=input.batch_size=lots')
-  assert line == "Param input.batch_size: cannot use 'lots'; expected int (current value 64)."
+  assert line == "Param input.batch_size: cannot use 'lots'; expected an int >= 1 (current value 64)."
 
 
 def test_missing_logdir(capsys):

@@ -110,7 +110,7 @@ def Predicted(workload, config, depth, calibration):
   if not config.workers:
     return {'trainer': calibration.trainer.Peak(sum(peaks))}
   return dict({'worker %d' % i: calibration.worker.Peak(p) for i, p in enumerate(peaks)},
-              trainer=calibration.client)
+              trainer=calibration.client.Peak(depth))
 
 
 def PlannedDepth(workload, config, cap, calibration, limit=400):
@@ -147,6 +147,8 @@ def main(argv=None):
   parser.add_argument('--first', default='dense=12,transformer=4', help='First depth tried per workload (plain).')
   parser.add_argument('--scratch', default=None, help='Where trial logdirs go (default: a temporary folder).')
   parser.add_argument('--json', default=None, help='Also write the results here.')
+  parser.add_argument('--save_restore_eval', type=int, default=1, help='1: also measure the trainer\'s peak '
+                      'while it saves, restores and evaluates the largest pipelined model (beside the most workers).')
   parser.add_argument('--write_docs', action='store_true', help='Write the table into docs/benchmarks.md.')
   args = parser.parse_args(argv)
   cap = byte_sizes.Parse(args.cap, '--cap')
@@ -176,6 +178,17 @@ def main(argv=None):
                             ratio=params / plain_params if plain_params else None,
                             peaks=trial.peaks if trial else {}, planned_depth=planned, predicted=predicted))
         start = max(depth, 1)
+      pipelined = [r for r in results if r['workload'] == name and CONFIGS[r['config']].workers and r['depth']]
+      if pipelined and args.save_restore_eval:  # The trainer's peak should not grow with the model it saves.
+        r = max(pipelined, key=lambda r: CONFIGS[r['config']].workers)
+        config = CONFIGS[r['config']]
+        override = ';'.join([workload.override, '%s=%d' % (workload.depth_param, r['depth']), config.override,
+                             _COMMON])
+        phases = memory_trials.SaveRestoreEval(workload.model, override, config.workers, cap, args.steps, scratch)
+        r['trainer_phases'] = phases
+        print('  %-30s depth %3d: trainer peak %s (the fixed cost of a trainer beside workers: %.0f MiB)' % (
+            config.name, r['depth'], ', '.join('%s %s' % (k, '%.0f MiB' % (v / 2**20) if v else 'failed')
+                                               for k, v in phases.items()), calibration.client.intercept / 2**20))
       print('\n| config | largest depth (next failed) | planner\'s largest | parameters | over plain | peak per '
             'process, measured / planner (MiB) |')
       print('|---|---|---|---|---|---|')

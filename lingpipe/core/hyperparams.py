@@ -243,7 +243,8 @@ class Params:
       if isinstance(current, Params) and value_text.strip() != 'None':
         raise errors.ConfigError('Param %s is a nested Params; set its fields (%s.<name>) instead of %r.' %
                                  (shown, shown, value_text.strip()))
-      self.Set(**{key: params_text.ConvertTextValue(shown, current, value_text)})
+      check = container._params[name].check if isinstance(container, Params) else None
+      self.Set(**{key: params_text.ConvertTextValue(shown, current, value_text, check)})
     return self
 
   def TextDiff(self, other):

@@ -101,6 +101,15 @@ def OneOf(*values):
   return Described
 
 
+def OrAuto(check):
+  """'auto' (a value the trainer chooses, e.g. a pipeline's K), or what `check` allows."""
+  return Check(lambda v: v == AUTO or check(v) is None, "'auto' or %s" % getattr(check, 'description', 'a value'),
+               lambda v: v if v == AUTO else getattr(check, 'Normalize', lambda x: x)(v))
+
+
+AUTO = 'auto'
+
+
 def Str():
   return Check(lambda v: isinstance(v, str), 'a string')
 

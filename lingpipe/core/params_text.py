@@ -111,14 +111,22 @@ def _TypeName(value):
   return type(value).__name__
 
 
-def ConvertTextValue(key, current, text):
-  """Parses `text` as a new value for `key`, typed by the `current` value (a leaf, not a Params); raises
-  ConfigError on mismatch."""
+def ConvertTextValue(key, current, text, check=None):
+  """Parses `text` as a new value for `key`, typed by the `current` value (a leaf, not a Params), or any value the
+  param's `check` allows (param_checks.OrAuto's 'auto' in an int param); raises ConfigError on mismatch."""
   raw = text.strip()
+  if check is not None and current is not None and raw != 'None':  # Another type than the current value's.
+    try:
+      value = DecodeValue(raw, key)
+    except errors.ConfigError:
+      value = None
+    if isinstance(value, (str, int, list)) and not isinstance(current, type(value)) and check(value) is None:
+      return value
 
   def Fail():
+    expected = getattr(check, 'description', None) or _TypeName(current)
     return errors.ConfigError('Param %s: cannot use %r; expected %s (current value %s).' % (
-        key, raw, _TypeName(current), EncodeValue(current)))
+        key, raw, expected, EncodeValue(current)))
 
   if raw == 'None':
     return None

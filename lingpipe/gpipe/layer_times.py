@@ -14,6 +14,7 @@ from typing import NamedTuple, Tuple
 import tensorflow as tf
 
 from lingpipe.core import context
+from lingpipe.core import errors
 from lingpipe.core.nested_map import NestedMap
 
 
@@ -52,53 +53,63 @@ def _Best(run, repeats):
   return best
 
 
-def _Measure(layer_params, shapes, dtype, repeats):
-  layer = layer_params.Copy().Set(name=layer_params.name or 'layer').Instantiate()
-  x = _Random(shapes, dtype)
+class _Timed:
+  """One layer built once, with traced functions that take any batch size (reduce_retracing: a second size
+  retraces with the batch dimension relaxed, and later sizes reuse that trace)."""
 
-  def Forward(x):
-    # Batch norm hands its moments over, as inside a pipeline (the averages move once per step, outside).
-    with context.Training(True), context.CollectBatchNormStats(context.BatchNormStats(discard=True)):
-      return layer.FProp(x)
+  def __init__(self, layer_params):
+    self.layer = layer = layer_params.Copy().Set(name=layer_params.name or 'layer').Instantiate()
 
-  @tf.function
-  def ForwardOnly(x):
-    return tf.nest.flatten(Forward(x))
+    def Forward(x):
+      # Batch norm hands its moments over, as inside a pipeline (the averages move once per step, outside).
+      with context.Training(True), context.CollectBatchNormStats(context.BatchNormStats(discard=True)):
+        return layer.FProp(x)
 
-  @tf.function
-  def ForwardBackward(x):
-    flat_x = [t for t in tf.nest.flatten(x) if t.dtype.is_floating]  # A pipeline's cell passes their gradient on.
-    with tf.GradientTape() as tape:
-      tape.watch(flat_x)
-      y = [t for t in tf.nest.flatten(Forward(x)) if t.dtype.is_floating]
-    grads = tape.gradient(y, list(layer.trainable_variables) + flat_x,
-                          output_gradients=[tf.ones_like(t) for t in y])
-    return [g for g in grads if g is not None]
+    def ForwardBackward(x):
+      flat_x = [t for t in tf.nest.flatten(x) if t.dtype.is_floating]  # A pipeline's cell passes their gradient on.
+      with tf.GradientTape() as tape:
+        tape.watch(flat_x)
+        y = [t for t in tf.nest.flatten(Forward(x)) if t.dtype.is_floating]
+      grads = tape.gradient(y, list(layer.trainable_variables) + flat_x,
+                            output_gradients=[tf.ones_like(t) for t in y])
+      return [g for g in grads if g is not None]
 
-  @tf.function
-  def Call(x):  # What calling a traced function costs: a cell calls its layers inside one, not one each.
-    return tf.nest.flatten(x)
+    self.forward = tf.function(lambda x: tf.nest.flatten(Forward(x)), reduce_retracing=True)
+    self.forward_backward = tf.function(ForwardBackward, reduce_retracing=True)
+    # What calling a traced function costs: a cell calls its layers inside one, not one each.
+    self.call = tf.function(tf.nest.flatten, reduce_retracing=True)
 
-  # Cheap, and slow the first few times (allocations): timed more often than the layer, so that it is not
-  # overstated and taken off the forward.
-  call = _Best(lambda: Call(x), max(repeats, _CALL_REPEATS))
-  forward = _Best(lambda: ForwardOnly(x), repeats)
-  both = _Best(lambda: ForwardBackward(x), repeats)
-  return max(forward - call, 0.0), max(both - forward, 0.0)
+  def Measure(self, shapes, dtype, repeats):
+    x = _Random(shapes, dtype)
+    # Cheap, and slow the first few times (allocations): timed more often than the layer, so that it is not
+    # overstated and taken off the forward.
+    call = _Best(lambda: self.call(x), max(repeats, _CALL_REPEATS))
+    forward = _Best(lambda: self.forward(x), repeats)
+    both = _Best(lambda: self.forward_backward(x), repeats)
+    return max(forward - call, 0.0), max(both - forward, 0.0)
 
 
-def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3, batch_dim=0, log=None):
+def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3, batch_dim=0, log=None, built=None):
   """Times of each layer of `layer_params` (a flat list) on a batch of `batch_size` examples shaped as
   `input_shapes` (the pipeline's, whatever their batch), computing in `dtype`. `log(text)` is told of each
-  layer measured."""
+  layer measured. `built`: a dict kept across calls at several batch sizes, so that each distinct layer is built
+  and traced once for all of them."""
   dtype = tf.as_dtype(dtype)
   shapes = _WithBatch(input_shapes, batch_size, batch_dim)
+  built = {} if built is None else built
   measured, forward, backward = {}, [], []
   for i, p in enumerate(layer_params):
     p = p.Copy().Set(fprop_dtype=p.fprop_dtype or dtype)
-    key = (p.cls, p.Copy().Set(name='').ToText(), repr(shapes))
+    try:
+      text = p.Copy().Set(name='').ToText()
+    except errors.ConfigError:  # A param with no text form (a Keras layer): this layer alone.
+      text = 'layer %d' % i
+    key = (p.cls, text, repr(shapes))
     if key not in measured:
-      measured[key] = _Measure(p, shapes, dtype, repeats)
+      layer_key = (p.cls, text, repr(_WithBatch(shapes, 1, batch_dim)), dtype)
+      if layer_key not in built:
+        built[layer_key] = _Timed(p)
+      measured[key] = built[layer_key].Measure(shapes, dtype, repeats)
       if log:
         log('layer %d (%s): forward %.4f s, backward %.4f s at batch %d' % (
             i, p.cls.__name__, measured[key][0], measured[key][1], batch_size))

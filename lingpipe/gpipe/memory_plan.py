@@ -282,10 +282,14 @@ def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batche
                schedules=schedule_lib.SCHEDULES, virtual_stages=(2,), fprop_dtype=None, times=None):
   """Every (schedule, remat, K <= num_devices, M dividing batch_size) configuration; 'interleaved_1f1b' with each
   of `virtual_stages` cells per device (K x v cells at most the number of layers). `balance` a list: the layers
-  per cell of one cut, planned for the K (and v) it fits. `times`: None (speed-ups from flops) or a function of a
-  batch size returning layer_times.Times of the layers at that size (speed-ups from measured times)."""
+  per cell of one cut, planned for the K (and v) it fits; 'time' with `times`: cut by the measured times.
+  `times`: None (speed-ups from flops) or a function of a batch size returning layer_times.Times of the layers at
+  that size (speed-ups from measured times)."""
   layers = DescribeLayers(layer_params, input_shapes, dtype_size, fprop_dtype=fprop_dtype)
-  if balance in ('time', 'memory'):
+  measured_costs = None
+  if balance == 'time' and times is not None:  # Each layer's measured forward and backward at the whole batch.
+    measured_costs = [f + b for f, b in zip(times(batch_size).forward, times(batch_size).backward)]
+  elif balance in ('time', 'memory'):
     balance = 'flops'  # Those measure on a sample batch; the planner runs nothing.
   candidates = []
   for k in range(1, min(num_devices, len(layer_params)) + 1):
@@ -298,8 +302,8 @@ def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batche
         if given:
           counts = partition.CheckBalance(balance, len(layer_params), num_cells)
         else:
-          costs = {'uniform': [1] * len(layer_params), 'params': list(layers.params),
-                   'flops': list(layers.flops)}[balance]
+          costs = measured_costs or {'uniform': [1] * len(layer_params), 'params': list(layers.params),
+                                     'flops': list(layers.flops)}[balance]
           counts = partition.BalanceByCost(costs, num_cells)
         for m in micro_batches:
           if m > batch_size or batch_size % m:

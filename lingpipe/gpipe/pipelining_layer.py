@@ -34,6 +34,7 @@ import tensorflow as tf
 from lingpipe.core import base_layer
 from lingpipe.core import context
 from lingpipe.core import errors
+from lingpipe.core import param_checks
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
 from lingpipe.distributed import mirrors
@@ -80,6 +81,10 @@ def ExpandedLayers(layers):
           for unit in (layer.cls.ExpandUnits(layer) if hasattr(layer.cls, 'ExpandUnits') else [layer])]
 
 
+# The fields lingpipe-train can choose (--pipeline=auto, or each set to 'auto').
+AUTO_FIELDS = ('num_splits', 'num_micro_batches', 'remat', 'schedule', 'balance')
+
+
 class PipeliningLayer(base_layer.BaseLayer):
   """See the module docstring."""
 
@@ -88,20 +93,25 @@ class PipeliningLayer(base_layer.BaseLayer):
     p = super().Params()
     p.Define('cell_tpl', [], 'A list of layer Params, one per cell (the cells are given). Or use `layers`.')
     p.Define('layers', [], 'A flat list of layer Params, cut into num_splits cells by `balance`.')
-    p.Define('num_splits', 1, 'Number of cells K (with `layers`).')
-    p.Define('balance', 'uniform', 'Layers per cell: a list of counts, or one of %s.' % ', '.join(
-        partition.METHODS))
+    p.Define('num_splits', 1, "Number of cells K (with `layers`); 'auto': chosen by lingpipe-train "
+             '(runners/pipeline_choice.py), as are the other four of these five set to it.',
+             check=param_checks.OrAuto(param_checks.Int(1)))
+    p.Define('balance', 'uniform', "Layers per cell: a list of counts, one of %s, or 'auto'." % ', '.join(
+        partition.METHODS), check=param_checks.Check(
+            lambda v: isinstance(v, str) or (isinstance(v, (list, tuple)) and all(
+                isinstance(n, int) for n in v)), 'a list of layer counts or a method name'))
     p.Define('input_shapes', None, "Shapes of one input batch (a list, or a dict of lists for NestedMap inputs); "
              "needed by balance='flops'/'time'/'memory' and by inspect's estimates.")
-    p.Define('num_micro_batches', 1, 'Number of micro-batches M per mini-batch.')
+    p.Define('num_micro_batches', 1, "Number of micro-batches M per mini-batch, or 'auto'.",
+             check=param_checks.OrAuto(param_checks.Int(1)))
     p.Define('micro_batch_size', 0, 'If > 0, M = batch size / micro_batch_size instead of num_micro_batches.')
     p.Define('batch_dim', 0, 'The batch dimension of every input leaf.')
     p.Define('pad', False, 'Pad a batch that M does not divide with zero rows (dropped from the outputs); '
              'otherwise such a batch is an error.')
     p.Define('remat', 'always', "Re-materialization: 'always' re-computes each cell's forward in the backward; "
              "'except_last' stores the last micro-batch's activations (its backward starts at once); 'never' "
-             "stores all activations.")
-    p.Define('schedule', 'gpipe', 'Pipeline schedule: one of %s.' % ', '.join(schedule_lib.SCHEDULES))
+             "stores all activations; 'auto'.")
+    p.Define('schedule', 'gpipe', "Pipeline schedule: one of %s, or 'auto'." % ', '.join(schedule_lib.SCHEDULES))
     p.Define('virtual_stages', 1, "Cells per device v, for schedule='interleaved_1f1b': `layers` are cut into "
              'num_splits x v cells (with `cell_tpl`, len(cell_tpl) / v devices), cell c on device c mod num_splits.')
     p.Define('loop_phases', True, "Run the steady ticks of GPipe's passes as one tf.while_loop, so graph size "
@@ -112,11 +122,18 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('devices', None, 'Device names for the cells: a list of K, or a list of K per replica; None takes '
              'the current cluster\'s mesh (the trainer\'s; locally: GPUs, else logical CPU devices; see '
              'lingpipe.distributed.cluster).')
+    p.Define('auto_choice', '', "What lingpipe-train chose for the fields set to 'auto', on what machine and "
+             'with what budget (written by the trainer; a resume reuses the choice).')
     return p
 
   def __init__(self, params):
     super().__init__(params)
     p = self.params
+    unresolved = [name for name in AUTO_FIELDS if p.Get(name) == param_checks.AUTO]
+    if unresolved:
+      raise errors.ConfigError("Layer %s: %s='auto' is chosen by lingpipe-train before the model is built "
+                               '(--pipeline=auto); outside it, set a value or call '
+                               'lingpipe.runners.pipeline_choice.Resolve first.' % (self.path, unresolved[0]))
     if p.remat not in remat.POLICIES:
       raise errors.ConfigError('Layer %s: remat must be one of %s, got %r.%s' % (
           self.path, ', '.join(remat.POLICIES), p.remat, errors.DidYouMean(str(p.remat), remat.POLICIES)))

@@ -22,6 +22,8 @@ from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
+from lingpipe.core import errors
+
 from lingpipe.core import base_layer
 from lingpipe.core import context
 from lingpipe.core.nested_map import NestedMap
@@ -108,8 +110,12 @@ def Describe(layer_params, input_shapes, dtype=tf.float32) -> Optional[Saved]:
     shapes_key = tuple(sorted((k, tuple(tf.TensorShape(v).as_list())) for k, v in input_shapes.items()))
   else:
     shapes_key = tuple(tf.TensorShape(input_shapes).as_list())
-  key = (layer_params.cls, layer_params.ToText(), shapes_key, tf.as_dtype(dtype).name)
-  if key not in _CACHE:
+  try:
+    text = layer_params.ToText()
+  except errors.ConfigError:  # A param with no text form (a Keras layer): traced each time, not kept.
+    text = None
+  key = (layer_params.cls, text, shapes_key, tf.as_dtype(dtype).name)
+  if text is None or key not in _CACHE:
     try:
       _CACHE[key] = _Trace(layer_params, input_shapes, tf.as_dtype(dtype))
     except (TypeError, ValueError, NotImplementedError, LookupError, AttributeError):

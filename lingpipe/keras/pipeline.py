@@ -20,6 +20,7 @@ from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.distributed import replicas
 from lingpipe.gpipe import pipelining_layer
+from lingpipe.keras import auto_choice
 from lingpipe.keras import cut
 from lingpipe.keras import keras_layer
 from lingpipe.keras import placement
@@ -45,6 +46,10 @@ class Pipeline(keras.Model):
     replica. The gradients are those of the whole batch, as with R=1.
   input_names: the names of a model's several inputs, in the order a list of inputs gives them (default: a
     functional model's own; set for a list of units whose first takes a dict).
+  num_splits, num_micro_batches, remat, schedule, balance: each may be 'auto': chosen when the Pipeline is made, as
+    lingpipe-train --pipeline=auto chooses (auto_choice.py; needs the batch size: `batch_size`, or the input
+    shape's first dimension); `summary()` shows the choice, and get_config() saves it.
+  device_memory: with 'auto', the memory of one device (bytes, or text such as '2GiB') the choice must fit.
   balance: how units are placed in cells (PipeliningLayer's balance). Default: 'flops' (each unit's estimated
     forward flops) where the input shape is known, else 'uniform' (unit counts). A Keras model often starts with
     weightless layers (Rescaling, Flatten) that counting would give a cell of their own.
@@ -52,10 +57,10 @@ class Pipeline(keras.Model):
 
   def __init__(self, model, num_splits=1, num_micro_batches=1, remat='always', schedule='gpipe', virtual_stages=1,
                balance=None, devices=None, cut_at=None, input_shape=None, batch_size=None, num_replicas=1,
-               name=None, input_names=None, **kwargs):
+               name=None, input_names=None, device_memory=None, **kwargs):
     placement.RefuseStrategyScope('build')
     super().__init__(name=name or 'pipeline', **kwargs)
-    given_devices, devices = devices, placement.Mesh(devices, num_replicas, num_splits)  # Saved as given (get_config).
+    given_devices = devices  # Saved as given (get_config).
     # compile() scales the loss of a mixed_float16 model (or list of layers), as Keras compiles such a model.
     self._mixed_float16 = any(getattr(getattr(m, 'dtype_policy', None), 'name', '') == 'mixed_float16'
                               for m in (model if isinstance(model, (list, tuple)) else [model]))
@@ -69,6 +74,21 @@ class Pipeline(keras.Model):
     shapes = _Shapes(units)  # Each unit's input shape, and the last one's output shape.
     if balance is None:  # Flops need every shape; a layer Keras cannot infer shapes for is built by its first call.
       balance = 'flops' if all(shape is not None for shape in shapes) else 'uniform'
+    unit_params = [keras_layer.KerasLayer.Params().Set(keras_layer=keras_layer.KerasRef(unit),
+                                                       input_shape=_ParamsShape(shape) if shape is not None else None)
+                   for (unit, _), shape in zip(units, shapes[:-1])]
+    chosen = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat, schedule=schedule,
+                  balance=balance)
+    self._choice = None  # The report of what was chosen for fields given as 'auto' (auto_choice.py).
+    if any(value == auto_choice.AUTO for value in chosen.values()):
+      if num_replicas != 1 or devices:
+        raise errors.ConfigError("lingpipe.keras.Pipeline: 'auto' chooses among this process's local devices for one "
+                                 'replica; set the fields to use devices= or num_replicas.')
+      chosen, self._choice = auto_choice.Choose(unit_params, shapes[0], batch_size, chosen, device_memory)
+      num_splits, num_micro_batches, remat, schedule, balance = (chosen[k] for k in (
+          'num_splits', 'num_micro_batches', 'remat', 'schedule', 'balance'))
+      virtual_stages = chosen['virtual_stages']
+    devices = placement.Mesh(devices, num_replicas, num_splits)
     self._config = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
                         schedule=schedule, virtual_stages=virtual_stages, balance=balance,
                         devices=devices if given_devices else None,
@@ -77,10 +97,7 @@ class Pipeline(keras.Model):
     params = pipelining_layer.PipeliningLayer.Params().Set(
         name=self.name, num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
         schedule=schedule, virtual_stages=virtual_stages, balance=balance, devices=devices,
-        input_shapes=self._config['input_shape'],
-        layers=[keras_layer.KerasLayer.Params().Set(keras_layer=keras_layer.KerasRef(unit),
-                                                    input_shape=_ParamsShape(shape) if shape is not None else None)
-                for (unit, _), shape in zip(units, shapes[:-1])])
+        input_shapes=self._config['input_shape'], layers=unit_params)
     self._pipeline = _Held(params.Instantiate())
     self._batch_size = batch_size  # Set by the first batch of static size when not given.
     self._has_batch_norm = any(layer.MovingStatsTargets() for layer in self.pipeline.Walk())
@@ -115,6 +132,8 @@ class Pipeline(keras.Model):
         p.params.num_micro_batches, p.params.remat, p.params.schedule))
     for k, (device, names) in enumerate(self.cells()):
       print_fn('   cell %d on %s: %s' % (k, device, ', '.join(names)))
+    for line in self._choice or []:
+      print_fn('   ' + line)
 
   def get_config(self):
     """The units (a list of Keras layers: a functional model's parts are sub-models) and the pipeline's

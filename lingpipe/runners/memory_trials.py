@@ -76,7 +76,30 @@ def Run(model, override, workers, cap, steps, scratch=None):
     shutil.rmtree(logdir, ignore_errors=True)
 
 
-def _Train(command, pids, start):
+def SaveRestoreEval(model, override, workers, cap, steps, scratch=None):
+  """The trainer's peak (bytes) beside `workers` capped workers in each of: training `steps` steps with a save at
+  the end ('train and save'), resuming to save again ('restore and save') and evaluating ('eval'); or None for a
+  phase that failed. The trainer holds no variable: its peak should not grow with the model."""
+  logdir = tempfile.mkdtemp(dir=scratch, prefix='trial-')
+  base = [sys.executable, '-m', 'lingpipe.trainer', '--model=' + model, '--logdir=' + logdir,
+          '--memory_limit=%d' % cap, '--model_params_override=' + override]
+  peaks = {}
+  try:
+    with local_cluster.LocalCluster(workers, memory_limit=str(cap), log_dir=os.path.join(logdir, 'logs'),
+                                    ready_timeout_s=120) as cluster:
+      pids = {'worker %d' % t: p.pid for t, p in enumerate(cluster.processes)}
+      spec = '--cluster_spec=' + cluster.spec_text
+      for phase, extra in (('train and save', ['--max_steps=%d' % steps]),
+                           ('restore and save', ['--max_steps=%d' % (steps + 1)]),
+                           ('eval', ['--mode=eval'])):
+        trial = _Train(base + extra + [spec], pids, time.time(), done=('Wrote ' if phase == 'eval' else None))
+        peaks[phase] = trial.peaks.get('trainer') if trial.ok else None
+  finally:
+    shutil.rmtree(logdir, ignore_errors=True)
+  return peaks
+
+
+def _Train(command, pids, start, done=None):
   trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   deadline = time.time() + 30
   while not _Children(trainer.pid) and trainer.poll() is None and time.time() < deadline:
@@ -84,7 +107,7 @@ def _Train(command, pids, start):
   with _Sampler(dict(pids, trainer=(_Children(trainer.pid) or [trainer.pid])[0])) as sampler:
     out, _ = trainer.communicate()
   lines = out.strip().splitlines() or ['']
-  ok = trainer.returncode == 0 and any(line.startswith('Saved checkpoint') for line in lines)
+  ok = trainer.returncode == 0 and any(line.startswith(done or 'Saved checkpoint') for line in lines)
   return Trial(ok, sampler.peaks, time.time() - start, lines[-1])
 
 

@@ -35,7 +35,7 @@ class ProcessModel(NamedTuple):
 class Calibration(NamedTuple):
   trainer: ProcessModel  # the plain model's process
   worker: ProcessModel  # a lingpipe-worker holding cells
-  client: float  # a trainer beside workers (no weights of its own)
+  client: ProcessModel  # a trainer beside workers (no weights of its own): intercept + slope x layers (graph)
   machine: str
   measured: str  # the date
 
@@ -62,10 +62,10 @@ def _Cached():
 def Load():
   """This machine's Calibration, or None where it was never measured."""
   entry = _Cached().get(MachineKey())
-  if not entry:
+  if not entry or not isinstance(entry.get('client'), list):  # Kept before the client grew with the layers.
     return None
-  return Calibration(ProcessModel(*entry['trainer']), ProcessModel(*entry['worker']), entry['client'],
-                     entry['machine'], entry['measured'])
+  return Calibration(ProcessModel(*entry['trainer']), ProcessModel(*entry['worker']),
+                     ProcessModel(*entry['client']), entry['machine'], entry['measured'])
 
 
 _WORKLOAD = 'synthetic.DenseStack'
@@ -126,17 +126,19 @@ def Calibrate(out=sys.stdout, depths=(4, 12), worker_depths=(8, 20)):
     trial = memory_trials.Run(_WORKLOAD, override, 2, cap, 6)
     for cell, predicted in enumerate(DevicePeaks(_WORKLOAD, override)):
       worker_points.append((predicted, trial.peaks['worker %d' % cell]))
-    clients.append(trial.peaks['trainer'])
+    clients.append((depth, trial.peaks['trainer']))
     print('process memory: K=2, %d layers: planner %s MiB, measured %s MiB, trainer %.0f MiB' % (
         depth, ', '.join('%.0f' % (x / 2**20) for x, _ in worker_points[-2:]),
-        ', '.join('%.0f' % (y / 2**20) for _, y in worker_points[-2:]), clients[-1] / 2**20), file=out, flush=True)
+        ', '.join('%.0f' % (y / 2**20) for _, y in worker_points[-2:]), clients[-1][1] / 2**20), file=out,
+        flush=True)
   # The fullest worker's excess at each size: the model must cover the worst process.
   by_size = [max(worker_points[i:i + 2], key=lambda xy: xy[1] - xy[0]) for i in (0, 2)]
-  calibration = Calibration(_Fit(trainer_points), _Fit(by_size), max(clients), MachineKey(),
+  # The trainer beside workers holds the step's graph, which grows with the layers, not their weights.
+  calibration = Calibration(_Fit(trainer_points), _Fit(by_size), _Fit(clients), MachineKey(),
                             datetime.date.today().isoformat())
   cached = _Cached()
   cached[calibration.machine] = dict(trainer=list(calibration.trainer), worker=list(calibration.worker),
-                                     client=calibration.client, machine=calibration.machine,
+                                     client=list(calibration.client), machine=calibration.machine,
                                      measured=calibration.measured)
   safe_write.AtomicWrite(CachePath(), json.dumps(cached, indent=2), 'process memory calibration')
   return calibration

@@ -1,0 +1,148 @@
+"""Chooses a pipeline's K, M, remat, schedule and balance: the fastest predicted configuration that fits a budget.
+
+The planner (memory_plan.py) predicts each candidate's peak per device and, from layer times measured at the
+whole batch's and each micro-batch's size (layer_times.py), its step time. Of the candidates whose process peak
+is within the budget less a margin, the fastest is chosen (then the smaller peak). Fields the user set stay
+fixed; only those left to choose vary. runners/pipeline_choice.py applies this to a model's Params.
+"""
+
+from typing import Dict, List, NamedTuple, Optional
+
+from lingpipe.core import byte_sizes
+from lingpipe.core import errors
+from lingpipe.gpipe import memory_plan
+from lingpipe.gpipe import schedule as schedule_lib
+
+MARGIN = 0.10  # Of the budget, kept free: the planner's process prediction was within 7% of measured peaks.
+BALANCES = ('uniform', 'flops', 'time')  # 'time' when layer times are measured.
+
+
+class Option(NamedTuple):
+  """A candidate with the balance method that cut it."""
+  candidate: memory_plan.Candidate
+  balance: str  # a method of BALANCES, or 'given'
+  peak: float  # what must fit the budget (a process's or a device's bytes)
+  step_seconds: Optional[float]  # predicted, where layer times were measured
+
+
+class Choice(NamedTuple):
+  chosen: Option
+  runner_up: Optional[Option]  # the next fastest that fits
+  rejected: Optional[Option]  # the fastest that did not fit, when faster than the choice
+  budget: Optional[int]  # bytes, before the margin; None: chosen for speed alone
+  plain_seconds: Optional[float]  # the plain model's predicted step, from the measured times
+  num_devices: int
+
+
+def MicroBatchChoices(batch_size, largest=32):
+  """The values of M to consider: the divisors of the batch up to `largest`."""
+  return tuple(m for m in range(1, min(batch_size, largest) + 1) if batch_size % m == 0)
+
+
+def _Key(option):
+  return (round(option.candidate.speedup, 3), -option.peak)
+
+
+def Options(layer_params, input_shapes, batch_size, num_devices, fixed, peak_of=None, times=None, slots=0,
+            dtype_size=4, fprop_dtype=None) -> List[Option]:
+  """Every distinct configuration the fields not in `fixed` allow ({field: value} of PipeliningLayer's
+  num_splits, num_micro_batches, remat, schedule, balance), with its peak (`peak_of`, default the fullest
+  device's) and predicted step time."""
+  micro = (fixed['num_micro_batches'],) if 'num_micro_batches' in fixed else MicroBatchChoices(batch_size)
+  remats = (fixed['remat'],) if 'remat' in fixed else schedule_lib.REMAT_POLICIES
+  schedules = (fixed['schedule'],) if 'schedule' in fixed else schedule_lib.SCHEDULES
+  if 'balance' in fixed:
+    balances = [fixed['balance']]
+  else:
+    balances = [b for b in BALANCES if b != 'time' or times is not None]
+  peak_of = peak_of or (lambda c: c.peak)
+  plain = None
+  if times is not None:
+    whole = times(batch_size)
+    plain = sum(whole.forward) + sum(whole.backward)
+  seen, options = set(), []
+  for balance in balances:
+    for c in memory_plan.Candidates(layer_params, input_shapes, num_devices, batch_size, micro, remats,
+                                    balance=balance, slots=slots, dtype_size=dtype_size, schedules=schedules,
+                                    fprop_dtype=fprop_dtype, times=times):
+      if 'num_splits' in fixed and c.num_splits != fixed['num_splits']:
+        continue
+      key = (c.schedule, c.remat, c.num_splits, c.num_micro_batches, c.counts, c.virtual_stages)
+      if key in seen:
+        continue
+      seen.add(key)
+      options.append(Option(c, balance if isinstance(balance, str) else 'given', peak_of(c),
+                            plain / c.speedup if plain and c.speedup else None))
+  return options
+
+
+def Choose(options, num_devices, budget=None, margin=MARGIN, plain_seconds=None) -> Choice:
+  """The fastest option whose peak is within `budget` x (1 - margin) (any, without a budget); raises NothingFits
+  when none is."""
+  if not options:
+    raise errors.ConfigError('No pipeline configuration to choose from: the fixed fields allow none (K at most %d '
+                             'devices, M a divisor of the batch).' % num_devices)
+  limit = budget * (1 - margin) if budget else float('inf')
+  ranked = sorted(options, key=_Key, reverse=True)
+  fitting = [o for o in ranked if o.peak <= limit]
+  if not fitting:
+    smallest = min(options, key=lambda o: o.peak)
+    raise NothingFits(smallest, budget, margin)
+  chosen = fitting[0]
+  runner_up = fitting[1] if len(fitting) > 1 else None
+  rejected = next((o for o in ranked if o.peak > limit), None)
+  if rejected is not None and _Key(rejected) <= _Key(chosen):
+    rejected = None
+  return Choice(chosen, runner_up, rejected, budget, plain_seconds, num_devices)
+
+
+class NothingFits(errors.ConfigError):
+  """No configuration's predicted peak is within the budget."""
+
+  def __init__(self, smallest, budget, margin):
+    self.smallest, self.budget = smallest, budget
+    c = smallest.candidate
+    super().__init__(
+        'No pipeline configuration fits %s (less a %d%% margin): the smallest predicted peak is %s (K=%d, M=%d, '
+        "remat='%s', schedule='%s'). A budget of %s would fit it, or more devices." % (
+            byte_sizes.Format(budget), round(margin * 100), byte_sizes.Format(smallest.peak), c.num_splits,
+            c.num_micro_batches, c.remat, c.schedule, byte_sizes.Format(smallest.peak / (1 - margin))))
+
+
+def Fields(option) -> Dict[str, object]:
+  """The PipeliningLayer values of `option`: the five fields, virtual_stages, and the cut as a balance list."""
+  c = option.candidate
+  return dict(num_splits=c.num_splits, num_micro_batches=c.num_micro_batches, remat=c.remat, schedule=c.schedule,
+              balance=list(c.counts), virtual_stages=c.virtual_stages)
+
+
+def Describe(option) -> str:
+  """'K=2, M=8, remat=always, gpipe, cut 5,5 (flops)'."""
+  c = option.candidate
+  schedule = c.schedule + (' v=%d' % c.virtual_stages if c.virtual_stages > 1 else '')
+  return 'K=%d, M=%d, remat=%s, %s, cut %s (%s)' % (c.num_splits, c.num_micro_batches, c.remat, schedule,
+                                                     ','.join(map(str, c.counts)), option.balance)
+
+
+def Report(choice, what='peak') -> List[str]:
+  """The lines the trainer prints: the choice, the runner-up and the fastest rejected for memory, each with its
+  predicted peak (`what` says whose) and step time."""
+  budget = choice.budget
+  limit = budget * (1 - MARGIN) if budget else None
+  lines = ['%-10s %-58s %16s %8s %9s' % ('', 'configuration', what + ' MiB', 'step s', 'speed-up')]
+
+  def Row(label, option, note=''):
+    seconds = '%.3f' % option.step_seconds if option.step_seconds is not None else '-'
+    lines.append('%-10s %-58s %16.1f %8s %8.2fx%s' % (label, Describe(option), option.peak / 2**20, seconds,
+                                                         option.candidate.speedup, note))
+
+  Row('chosen', choice.chosen)
+  if choice.runner_up is not None:
+    Row('runner-up', choice.runner_up)
+  if choice.rejected is not None:
+    Row('rejected', choice.rejected, '  (over %.0f MiB)' % (limit / 2**20))
+  if choice.plain_seconds is not None:
+    lines.append('(the plain model, one device, no micro-batches: %.3f s predicted; speed-ups against it)' %
+                 choice.plain_seconds)
+  return lines
+

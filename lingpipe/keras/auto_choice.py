@@ -1,0 +1,47 @@
+"""lingpipe.keras.Pipeline's fields given as 'auto', chosen when it is made (gpipe/auto_config.py).
+
+The units are timed on this process's first device at the batch's and each micro-batch's size, and the fastest
+configuration whose fullest device fits `device_memory` (less the margin) is taken, among the local devices (GPUs,
+else the logical CPU devices). The optimizer is not known yet (compile comes later): Adam's two slots are assumed.
+"""
+
+import functools
+
+from lingpipe.core import byte_sizes
+from lingpipe.core import errors
+from lingpipe.core import param_checks
+from lingpipe.distributed import cluster
+from lingpipe.gpipe import auto_config
+from lingpipe.gpipe import layer_times
+
+AUTO = param_checks.AUTO
+_ADAM_SLOTS = 2
+
+
+def Choose(unit_params, input_shape, batch_size, given, device_memory=None):
+  """({field: value} with the 'auto' fields of `given` chosen and virtual_stages, the report's lines)."""
+  batch = batch_size or (input_shape[0] if input_shape is not None and not isinstance(input_shape, dict) else None)
+  if not batch or input_shape is None:
+    raise errors.ConfigError("lingpipe.keras.Pipeline: 'auto' plans from one batch's shape: pass batch_size= and, for "
+                             'a model whose input shape Keras does not know, input_shape=.')
+  if isinstance(input_shape, dict):
+    shapes = {k: [batch] + list(v)[1:] for k, v in input_shape.items()}
+  else:
+    shapes = [batch] + list(input_shape)[1:]
+  budget = None
+  if device_memory is not None:
+    budget = (byte_sizes.Parse(device_memory, 'device_memory') if isinstance(device_memory, str)
+              else int(device_memory))
+  fixed = {k: v for k, v in given.items() if v != AUTO}
+  num_devices = len(cluster.LocalDevices())
+  built = {}
+  times = functools.lru_cache(maxsize=None)(lambda size: layer_times.Measure(unit_params, shapes, size, built=built))
+  options = auto_config.Options(unit_params, shapes, batch, num_devices, fixed, times=times, slots=_ADAM_SLOTS)
+  whole = times(batch)
+  choice = auto_config.Choose(options, num_devices, budget, plain_seconds=sum(whole.forward) + sum(whole.backward))
+  chosen = dict(given, **{k: v for k, v in auto_config.Fields(choice.chosen).items() if k not in fixed})
+  lines = ['Chosen for %s (%d device(s), %s):' % (
+      ', '.join(k for k in given if k not in fixed), num_devices,
+      'budget %s a device' % byte_sizes.Format(budget) if budget else 'no device_memory: for speed alone')]
+  lines += auto_config.Report(choice, 'device peak')
+  return chosen, lines

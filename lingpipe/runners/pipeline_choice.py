@@ -1,0 +1,235 @@
+"""lingpipe-train --pipeline=auto: a model's pipeline fields set to 'auto' are chosen before it is built.
+
+A PipeliningLayer's num_splits, num_micro_batches, remat, schedule and balance may each be 'auto' (--pipeline=auto
+sets all five the overrides leave alone). The trainer measures the model's distinct layers on this machine at
+the batch's and each micro-batch's size, in the model's dtype (gpipe/layer_times.py), and takes the fastest
+configuration the planner predicts to fit the budget (gpipe/auto_config.py). The choice is written into the
+params, so params.txt records it (with `auto_choice` saying on what machine); a resume, an eval or an export
+reuses it without timing again.
+"""
+
+import datetime
+import functools
+import os
+from typing import Dict, List, Optional, Tuple
+
+from lingpipe.core import byte_sizes
+from lingpipe.core import cpu_kernels
+from lingpipe.core import errors
+from lingpipe.core import hyperparams
+from lingpipe.core import param_checks
+from lingpipe.core import params_text
+from lingpipe.gpipe import auto_config
+from lingpipe.gpipe import pipelining_layer
+
+AUTO = param_checks.AUTO
+FIELDS = pipelining_layer.AUTO_FIELDS
+_PLACEHOLDERS = dict(num_splits=1, num_micro_batches=1, remat='always', schedule='gpipe', balance='uniform')
+
+
+def _Pipelines(params, path='') -> List[Tuple[str, hyperparams.Params]]:
+  """(path, params) of every PipeliningLayer's Params in a tree of Params."""
+  found = []
+  if isinstance(params, hyperparams.Params):
+    if 'cell_tpl' in params and 'num_splits' in params and 'auto_choice' in params:
+      found.append((path, params))
+    for name, value in params.IterParams():
+      found.extend(_Pipelines(value, '%s.%s' % (path, name) if path else name))
+  elif isinstance(params, (list, tuple)):
+    for i, value in enumerate(params):
+      found.extend(_Pipelines(value, '%s[%d]' % (path, i)))
+  return found
+
+
+def SetAuto(p):
+  """Sets the five fields of every pipeline in model params `p` to 'auto' (--pipeline=auto, before overrides);
+  returns how many pipelines there are."""
+  pipelines = _Pipelines(p.task)
+  for _, pipe in pipelines:
+    for name in FIELDS:
+      pipe.Set(**{name: AUTO})
+  return len(pipelines)
+
+
+def Pending(p) -> List[Tuple[str, hyperparams.Params]]:
+  """(path, params) of the pipelines of model params `p` with a field still 'auto'."""
+  return [(path, pipe) for path, pipe in _Pipelines(p.task, 'task') if any(pipe.Get(n) == AUTO for n in FIELDS)]
+
+
+def MachineKey(num_devices):
+  return '%s; %d device(s)' % (cpu_kernels.DescribeCpu(), num_devices)
+
+
+def _ChoiceFacts(text) -> Dict[str, str]:
+  """{key: value} of an auto_choice text 'configuration | machine=... | budget=...'."""
+  facts = {}
+  for part in text.split(' | ')[1:]:
+    key, _, value = part.partition('=')
+    facts[key] = value
+  return facts
+
+
+def _Recorded(recorded_text, path):
+  """{field: value text} of the pipeline at `path` in a params.txt, when it records an automatic choice."""
+  values = {}
+  for line in (recorded_text or '').splitlines():
+    key, sep, value = line.partition(' : ')
+    if sep and key.startswith(path + '.'):
+      values[key[len(path) + 1:]] = value
+  if not values.get('auto_choice', '').strip("'\" "):
+    return None
+  if any(values.get(name, '').strip("'\"") == AUTO for name in FIELDS):
+    return None
+  return values
+
+
+def ReusesRecorded(p, recorded_text):
+  """Whether every pipeline of `p` left 'auto' has a choice recorded in `recorded_text` (a run's params.txt)."""
+  return all(_Recorded(recorded_text, path) is not None for path, _ in Pending(p))
+
+
+def _Reuse(p, path, pipe, recorded, num_devices, out):
+  """Takes the recorded choice for the fields still 'auto'; says so, and says a changed machine."""
+  auto = [name for name in FIELDS if pipe.Get(name) == AUTO]
+  p.FromText('\n'.join('%s.%s : %s' % (path, name, recorded[name]) for name in auto + ['virtual_stages',
+                                                                                        'auto_choice']
+                       if name in recorded))
+  facts = _ChoiceFacts(pipe.auto_choice)
+  line = ("Pipeline %s: the run's recorded configuration (K=%d, M=%d, remat=%s, %s, balance %s; chosen %s), not "
+          'timed again.' % (path, pipe.num_splits, pipe.num_micro_batches, pipe.remat, pipe.schedule,
+                            params_text.EncodeValue(pipe.balance), facts.get('date', 'earlier')))
+  if facts.get('machine') and facts['machine'] != MachineKey(num_devices):
+    line += (' It was chosen on %s; this is %s. To choose again here, start a new logdir or set the fields.' % (
+        facts['machine'], MachineKey(num_devices)))
+  print(line, file=out, flush=True)
+
+
+def _Layers(p, path, pipe):
+  """The layers, input shapes, batch dim and compute dtype of the pipeline at `path`, from an abstract build of
+  model params `p` with its 'auto' fields at placeholder values (the task's own code fills in the layers)."""
+  from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
+  view = p.Copy()
+  view_pipe = dict(_Pipelines(view.task, 'task'))[path]
+  for name in FIELDS:
+    if view_pipe.Get(name) == AUTO:
+      view_pipe.Set(**{name: _PLACEHOLDERS[name]})
+  with base_layer.AbstractVariables():
+    task = view.task.Instantiate()
+  nets = [layer for layer in task.Walk() if isinstance(layer, pipelining_layer.PipeliningLayer)]
+  named = [n for n in nets if n.params.name == pipe.name] or nets
+  if not named:
+    raise errors.ConfigError('%s: no PipeliningLayer was built from it; nothing to choose.' % path)
+  net = named[0]
+  if net.params.cell_tpl:
+    raise errors.ConfigError("%s: 'auto' chooses the cut of a flat list of `layers`; this pipeline gives its cells "
+                             '(cell_tpl). Set num_splits to len(cell_tpl).' % path)
+  if net.params.input_shapes is None:
+    raise errors.ConfigError("%s: 'auto' needs the pipeline's input_shapes (one batch's shapes) to plan; set %s."
+                             'input_shapes.' % (path, path))
+  return [unit.params for unit in net.units], net.params.input_shapes, net.params.batch_dim, net.fprop_dtype, net
+
+
+def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_text=None, out=None, log=None,
+            measure=True) -> Optional[auto_config.Choice]:
+  """Chooses the 'auto' fields of the (one) pipeline of model params `p` in place and prints the choice; reuses
+  a choice `recorded_text` (a run's params.txt) holds. `budget`: bytes or None; `peak_of(candidate)`: what must
+  fit it (default the fullest device's peak), `what` names it. Returns the Choice, or None when nothing was
+  chosen here."""
+  pending = Pending(p)
+  if not pending:
+    return None
+  if len(pending) > 1:
+    raise errors.ConfigError("Only one pipeline can be chosen automatically; %s all have fields set to 'auto'. Set "
+                             'the others\' fields.' % ', '.join(path for path, _ in pending))
+  path, pipe = pending[0]
+  fixed = {name: pipe.Get(name) for name in FIELDS if pipe.Get(name) != AUTO}
+  recorded = _Recorded(recorded_text, path)
+  if recorded is not None:
+    changed = [name for name in fixed if params_text.EncodeValue(fixed[name]) != recorded.get(name)]
+    if not changed:
+      _Reuse(p, path, pipe, recorded, num_devices, out)
+      return None
+    print('Pipeline %s: %s set differently from the recorded choice (%s); choosing again.' % (
+        path, ', '.join(changed), '; '.join('%s : %s' % (n, recorded.get(n)) for n in changed)), file=out)
+  if 'num_splits' in fixed and fixed['num_splits'] > num_devices:
+    raise errors.ConfigError('%s.num_splits=%d, but %d device(s) are available to choose the rest with; give '
+                             '--pipeline_devices=%d or fewer cells.' % (path, fixed['num_splits'], num_devices,
+                                                                          fixed['num_splits']))
+  layers, shapes, batch_dim, fprop_dtype, net = _Layers(p, path, pipe)
+  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  batch = memory_plan.BatchSize(shapes, batch_dim)
+  start = datetime.datetime.now()
+  times = None
+  if measure:
+    from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
+    built = {}  # Each distinct layer built and traced once, for every size.
+    times = functools.lru_cache(maxsize=None)(lambda size: layer_times.Measure(
+        layers, shapes, size, dtype=fprop_dtype, batch_dim=batch_dim, log=log, built=built))
+  options = auto_config.Options(layers, shapes, batch, num_devices, fixed, peak_of, times,
+                                slots=memory_plan.OptimizerSlots(p.task.train.optimizer),
+                                dtype_size=net.params.dtype.size, fprop_dtype=fprop_dtype)
+  plain = None
+  if times is not None:
+    whole = times(batch)
+    plain = sum(whole.forward) + sum(whole.backward)
+  choice = auto_config.Choose(options, num_devices, budget, plain_seconds=plain)
+  seconds = (datetime.datetime.now() - start).total_seconds()
+  fields = auto_config.Fields(choice.chosen)
+  for name in [n for n in FIELDS if n not in fixed] + ['virtual_stages']:
+    pipe.Set(**{name: fields[name]})
+  chosen = auto_config.Describe(choice.chosen)
+  pipe.auto_choice = ' | '.join([
+      chosen, 'machine=%s' % MachineKey(num_devices),
+      'budget=%s' % (byte_sizes.Format(budget) if budget else 'none'), 'date=%s' % start.date().isoformat()])
+  print('Pipeline %s chosen (%s; %d device(s), %s; %s in %.1f s):' % (
+      path, ', '.join(n for n in FIELDS if n not in fixed) + " were 'auto'", num_devices,
+      'budget %s less %d%%' % (byte_sizes.Format(budget), round(auto_config.MARGIN * 100)) if budget else
+      'no memory budget: chosen for speed alone', 'layers timed here' if measure else 'flops', seconds),
+        file=out)
+  for line in auto_config.Report(choice, what):
+    print('  ' + line, file=out)
+  print('  Recorded in params.txt; a resume reuses it. As an override: --model_params_override="%s"' % ';'.join(
+      '%s.%s=%s' % (path, n, params_text.EncodeValue(fields[n]).replace(' ', ''))
+      for n in FIELDS + ('virtual_stages',) if n not in fixed and (n != 'virtual_stages' or fields[n] > 1)),
+        file=out, flush=True)
+  return choice
+
+
+def Budget(p, device_memory=None, on_gpus=False, out=None):
+  """(budget bytes or None, peak_of(candidate), what peak_of gives) for choosing among local devices: the budget
+  is `device_memory` (text, e.g. '1.5GiB'), else this process's (--memory_limit or its cgroup's limit). On GPUs
+  a device's peak must fit it; on CPUs the logical devices share one process, whose peak is predicted from the
+  devices' sum by this machine's measured process model (runners/process_memory.py)."""
+  from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
+  if device_memory:
+    budget = byte_sizes.Parse(device_memory, '--device_memory')
+  else:
+    own = memory_budget.Current() or memory_budget.Inherited()
+    budget = own.limit if own else None
+  if budget is None:
+    return None, None, 'device peak'
+  if on_gpus:
+    return budget, (lambda c: c.peak), 'device peak'
+  replicas = max(1, p.cluster.num_replicas)
+  devices_sum = lambda c: replicas * sum(cell.peak for cell in c.cells)
+  calibration = process_memory.Load()
+  if calibration is None and memory_budget.OwnCgroup()[1] is not None:
+    calibration = process_memory.LoadOrCalibrate(out)
+  if calibration is None:
+    print('This machine has no memory cgroup to measure a process by: the budget is compared with the devices\' '
+          'allocator peaks alone, which leave out what TensorFlow itself holds (a few hundred MiB).', file=out)
+    return budget, devices_sum, 'allocator peak'
+  return budget, (lambda c: calibration.trainer.Peak(devices_sum(c))), 'process peak'
+
+
+def LocalDevices(requested=None):
+  """How many local devices a pipeline may choose among: `requested` (--pipeline_devices), else the GPUs, else
+  one logical CPU device per core this process may use."""
+  if requested:
+    return requested
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  gpus = tf.config.list_physical_devices('GPU')
+  if gpus:
+    return len(gpus)
+  return max(1, len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1))
