@@ -182,13 +182,15 @@ def main(argv=None):
       if pipelined and args.save_restore_eval:  # The trainer's peak should not grow with the model it saves.
         r = max(pipelined, key=lambda r: CONFIGS[r['config']].workers)
         config = CONFIGS[r['config']]
-        override = ';'.join([workload.override, '%s=%d' % (workload.depth_param, r['depth']), config.override,
-                             _COMMON])
+        # At 3/4 of the largest depth: a worker's restore reads its shard whole before assigning it, which the
+        # largest depth's workers have no room for (docs/notes/capacity.md).
+        depth = max(config.workers, r['depth'] * 3 // 4)
+        override = ';'.join([workload.override, '%s=%d' % (workload.depth_param, depth), config.override, _COMMON])
         phases = memory_trials.SaveRestoreEval(workload.model, override, config.workers, cap, args.steps, scratch)
-        r['trainer_phases'] = phases
+        r['trainer_phases'] = dict(phases, depth=depth)
         print('  %-30s depth %3d: trainer peak %s (the fixed cost of a trainer beside workers: %.0f MiB)' % (
-            config.name, r['depth'], ', '.join('%s %s' % (k, '%.0f MiB' % (v / 2**20) if v else 'failed')
-                                               for k, v in phases.items()), calibration.client.intercept / 2**20))
+            config.name, depth, ', '.join('%s %s' % (k, '%.0f MiB' % (v / 2**20) if v else 'failed')
+                                          for k, v in phases.items()), calibration.client.intercept / 2**20))
       print('\n| config | largest depth (next failed) | planner\'s largest | parameters | over plain | peak per '
             'process, measured / planner (MiB) |')
       print('|---|---|---|---|---|---|')

@@ -109,6 +109,29 @@ class NothingFits(errors.ConfigError):
             c.num_micro_batches, c.remat, c.schedule, byte_sizes.Format(smallest.peak / (1 - margin))))
 
 
+def ChooseFor(layer_params, input_shapes, num_devices, fixed=None, budget=None, peak_of=None, fprop_dtype=None,
+              dtype_size=4, slots=0, batch_dim=0, log=None, measure=True) -> Choice:
+  """Times the layers here at the batch's and each micro-batch's size (`measure`; else flops), then Choose among
+  the Options the `fixed` fields allow: what lingpipe-train and lingpipe.keras.Pipeline run."""
+  from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
+  batch = memory_plan.BatchSize(input_shapes, batch_dim)
+  times, plain = None, None
+  if measure:
+    built, measured = {}, {}  # Each distinct layer built and traced once, for every size.
+
+    def Times(size):
+      if size not in measured:
+        measured[size] = layer_times.Measure(layer_params, input_shapes, size, dtype=fprop_dtype or 'float32',
+                                             batch_dim=batch_dim, log=log, built=built)
+      return measured[size]
+
+    times = Times
+    plain = sum(Times(batch).forward) + sum(Times(batch).backward)
+  options = Options(layer_params, input_shapes, batch, num_devices, fixed or {}, peak_of, times, slots=slots,
+                    dtype_size=dtype_size, fprop_dtype=fprop_dtype)
+  return Choose(options, num_devices, budget, plain_seconds=plain)
+
+
 def Fields(option) -> Dict[str, object]:
   """The PipeliningLayer values of `option`: the five fields, virtual_stages, and the cut as a balance list."""
   c = option.candidate

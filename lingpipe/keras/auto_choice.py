@@ -5,14 +5,11 @@ configuration whose fullest device fits `device_memory` (less the margin) is tak
 else the logical CPU devices). The optimizer is not known yet (compile comes later): Adam's two slots are assumed.
 """
 
-import functools
-
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.core import param_checks
 from lingpipe.distributed import cluster
 from lingpipe.gpipe import auto_config
-from lingpipe.gpipe import layer_times
 
 AUTO = param_checks.AUTO
 _ADAM_SLOTS = 2
@@ -34,11 +31,7 @@ def Choose(unit_params, input_shape, batch_size, given, device_memory=None):
               else int(device_memory))
   fixed = {k: v for k, v in given.items() if v != AUTO}
   num_devices = len(cluster.LocalDevices())
-  built = {}
-  times = functools.lru_cache(maxsize=None)(lambda size: layer_times.Measure(unit_params, shapes, size, built=built))
-  options = auto_config.Options(unit_params, shapes, batch, num_devices, fixed, times=times, slots=_ADAM_SLOTS)
-  whole = times(batch)
-  choice = auto_config.Choose(options, num_devices, budget, plain_seconds=sum(whole.forward) + sum(whole.backward))
+  choice = auto_config.ChooseFor(unit_params, shapes, num_devices, fixed, budget, slots=_ADAM_SLOTS)
   chosen = dict(given, **{k: v for k, v in auto_config.Fields(choice.chosen).items() if k not in fixed})
   lines = ['Chosen for %s (%d device(s), %s):' % (
       ', '.join(k for k in given if k not in fixed), num_devices,

@@ -9,7 +9,6 @@ reuses it without timing again.
 """
 
 import datetime
-import functools
 import os
 from typing import Dict, List, Optional, Tuple
 
@@ -157,22 +156,11 @@ def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_tex
                                                                           fixed['num_splits']))
   layers, shapes, batch_dim, fprop_dtype, net = _Layers(p, path, pipe)
   from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
-  batch = memory_plan.BatchSize(shapes, batch_dim)
   start = datetime.datetime.now()
-  times = None
-  if measure:
-    from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
-    built = {}  # Each distinct layer built and traced once, for every size.
-    times = functools.lru_cache(maxsize=None)(lambda size: layer_times.Measure(
-        layers, shapes, size, dtype=fprop_dtype, batch_dim=batch_dim, log=log, built=built))
-  options = auto_config.Options(layers, shapes, batch, num_devices, fixed, peak_of, times,
-                                slots=memory_plan.OptimizerSlots(p.task.train.optimizer),
-                                dtype_size=net.params.dtype.size, fprop_dtype=fprop_dtype)
-  plain = None
-  if times is not None:
-    whole = times(batch)
-    plain = sum(whole.forward) + sum(whole.backward)
-  choice = auto_config.Choose(options, num_devices, budget, plain_seconds=plain)
+  choice = auto_config.ChooseFor(layers, shapes, num_devices, fixed, budget, peak_of, fprop_dtype,
+                                 dtype_size=net.params.dtype.size,
+                                 slots=memory_plan.OptimizerSlots(p.task.train.optimizer), batch_dim=batch_dim,
+                                 log=log, measure=measure)
   seconds = (datetime.datetime.now() - start).total_seconds()
   fields = auto_config.Fields(choice.chosen)
   for name in [n for n in FIELDS if n not in fixed] + ['virtual_stages']:
