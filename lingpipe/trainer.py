@@ -209,7 +209,9 @@ def ChoosePipeline(p, out=None):
   if FLAGS.logdir and FLAGS.mode != 'inspect':
     from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
     recorded = checkpointer.RecordedParamsText(FLAGS.logdir)
-  remote = FLAGS.mode != 'export' and tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job)[0]
+  remote = None  # Export builds a local single-device graph.
+  if FLAGS.mode != 'export':
+    remote = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job)[0]
   if remote is not None and not pipeline_choice.ReusesRecorded(p, recorded):
     raise errors.ConfigError("--pipeline=auto (or a pipeline field set to 'auto') chooses among this process's "
                              'local devices; on a cluster, set the fields (tools/plan_pipeline.py --devices=<workers> '

@@ -93,8 +93,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     p = super().Params()
     p.Define('cell_tpl', [], 'A list of layer Params, one per cell (the cells are given). Or use `layers`.')
     p.Define('layers', [], 'A flat list of layer Params, cut into num_splits cells by `balance`.')
-    p.Define('num_splits', 1, "Number of cells K (with `layers`); 'auto': chosen by lingpipe-train "
-             '(runners/pipeline_choice.py), as are the other four of these five set to it.',
+    p.Define('num_splits', 1, "Number of cells K (with `layers`), or 'auto' for lingpipe-train to choose "
+             "(runners/pipeline_choice.py); num_micro_batches, remat, schedule and balance take 'auto' too.",
              check=param_checks.OrAuto(param_checks.Int(1)))
     p.Define('balance', 'uniform', "Layers per cell: a list of counts, one of %s, or 'auto'." % ', '.join(
         partition.METHODS), check=param_checks.Check(
@@ -132,8 +132,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     unresolved = [name for name in AUTO_FIELDS if p.Get(name) == param_checks.AUTO]
     if unresolved:
       raise errors.ConfigError("Layer %s: %s='auto' is chosen by lingpipe-train before the model is built "
-                               '(--pipeline=auto); outside it, set a value or call '
-                               'lingpipe.runners.pipeline_choice.Resolve first.' % (self.path, unresolved[0]))
+                               '(--pipeline=auto); outside it, set a value (gpipe/auto_config.ChooseFor chooses '
+                               'one for a list of layers).' % (self.path, unresolved[0]))
     if p.remat not in remat.POLICIES:
       raise errors.ConfigError('Layer %s: remat must be one of %s, got %r.%s' % (
           self.path, ', '.join(remat.POLICIES), p.remat, errors.DidYouMean(str(p.remat), remat.POLICIES)))
