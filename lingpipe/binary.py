@@ -37,7 +37,8 @@ def _TensorFlowChoices():
 def SetUpProcess(argv):
   """The binaries' process-wide choices, made before TensorFlow loads: TensorFlow's C++ INFO lines hidden unless the
   user chose a level, its oneDNN kernels unless the user chose (cpu_kernels.py), the memory budget, and, unless
-  --verbose, fd 2 filtered from the first line. A console script gets them from lingpipe/__init__.py, `python -m` from StartProcess."""
+  --verbose, fd 2 filtered from the first line. A console script gets them from lingpipe/__init__.py, `python -m`
+  from StartProcess."""
   from lingpipe import native_log  # pylint: disable=g-import-not-at-top
   _TensorFlowChoices()
   _MemoryBudget(argv, os.path.basename(argv[0]))

@@ -95,8 +95,7 @@ def _MemoryBudget(config, name):
   gpus = tf.config.list_physical_devices('GPU')
   if gpus and FLAGS.memory_limit:
     limit = byte_sizes.Parse(FLAGS.memory_limit, '--memory_limit')
-    config.gpu_options.experimental.virtual_devices.add(memory_limit_mb=[limit // 2**20])
-    for _ in gpus[1:]:
+    for _ in gpus:
       config.gpu_options.experimental.virtual_devices.add(memory_limit_mb=[limit // 2**20])
     return memory_budget.Budget(limit, '--memory_limit', "TensorFlow's per-GPU memory_limit")
   if FLAGS.memory_limit:

@@ -58,12 +58,13 @@ def test_the_planner_tool_predicts_from_measured_times(capsys):
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tools'))
   import plan_pipeline  # pylint: disable=g-import-not-at-top
   candidates, best = plan_pipeline.Plan(plan_pipeline._Args(
-      ['--model=synthetic.DeepMlpGPipe', '--devices=2', '--device_memory=64MiB', '--processes=devices', '--micro_batches=1,4',
-       '--speed_model=measured']))
+      ['--model=synthetic.DeepMlpGPipe', '--devices=2', '--device_memory=64MiB', '--processes=devices',
+       '--micro_batches=1,4', '--speed_model=measured']))
   out = capsys.readouterr().out
   assert best is not None and '# speed-ups from layer times measured here at batch' in out
   by_flops, _ = plan_pipeline.Plan(plan_pipeline._Args(
-      ['--model=synthetic.DeepMlpGPipe', '--devices=2', '--device_memory=64MiB', '--processes=devices', '--micro_batches=1,4']))
+      ['--model=synthetic.DeepMlpGPipe', '--devices=2', '--device_memory=64MiB', '--processes=devices',
+       '--micro_batches=1,4']))
   # The same configurations, their memory as planned before; only the predicted speed-ups differ.
   assert [c.peak for c in candidates] == [c.peak for c in by_flops]
   assert [c.speedup for c in candidates] != [c.speedup for c in by_flops]

@@ -172,12 +172,14 @@ def test_a_transformer_is_planned_with_what_its_layers_keep_inside(schedule, rem
 
 
 def test_the_tool_recommends_a_configuration_and_explains_a_miss(capsys):
-  args = plan_pipeline._Args(['--model=synthetic.DeepMlpGPipe', '--devices=2', '--device_memory=64MiB', '--processes=devices'])
+  args = plan_pipeline._Args(['--model=synthetic.DeepMlpGPipe', '--devices=2', '--device_memory=64MiB',
+                              '--processes=devices'])
   candidates, best = plan_pipeline.Plan(args)
   out = capsys.readouterr().out
   assert best is not None and 'Recommended: --model_params_override="task.network.num_splits=' in out
   assert {c.num_splits for c in candidates} == {1, 2}
-  plan_pipeline.Plan(plan_pipeline._Args(['--model=synthetic.DeepMlpGPipe', '--device_memory=1KiB', '--processes=devices']))
+  plan_pipeline.Plan(plan_pipeline._Args(['--model=synthetic.DeepMlpGPipe', '--device_memory=1KiB',
+                                          '--processes=devices']))
   assert 'Nothing fits in 1KiB: the smallest peak is' in capsys.readouterr().out
   with pytest.raises(errors.ConfigError, match='no PipeliningLayer to plan'):
     plan_pipeline.Plan(plan_pipeline._Args(['--model=synthetic.Mlp']))

@@ -65,6 +65,11 @@ _COMMON = ("task.network.schedule='gpipe';task.network.balance='uniform';task.tr
            'task.train.log_interval_steps=1')
 
 
+def _Override(workload, config, depth):
+  """The params override of `workload` at `depth` in `config`, as every trial runs it."""
+  return ';'.join([workload.override, '%s=%d' % (workload.depth_param, depth), config.override, _COMMON])
+
+
 def Bisect(workload, config, cap, steps, scratch, first, log):
   """(largest depth that trains, its Trial, the depth that failed above it): from `first`, doubling up or halving
   down until a depth that trains and one that does not are found, then bisecting."""
@@ -72,7 +77,7 @@ def Bisect(workload, config, cap, steps, scratch, first, log):
 
   def Try(depth):
     if depth not in tried:
-      override = ';'.join([workload.override, '%s=%d' % (workload.depth_param, depth), config.override, _COMMON])
+      override = _Override(workload, config, depth)
       tried[depth] = memory_trials.Run(workload.model, override, config.workers, cap, steps, scratch)
       log('  %-30s depth %3d: %s in %.0f s; peaks %s' % (
           config.name, depth, 'trained' if tried[depth].ok else 'failed', tried[depth].seconds, ', '.join(
@@ -105,7 +110,7 @@ def Bisect(workload, config, cap, steps, scratch, first, log):
 
 def Predicted(workload, config, depth, calibration):
   """The planner's peak of each process (process_memory.py) for `workload` at `depth` in `config`."""
-  override = ';'.join([workload.override, '%s=%d' % (workload.depth_param, depth), config.override, _COMMON])
+  override = _Override(workload, config, depth)
   peaks = process_memory.DevicePeaks(workload.model, override)
   if not config.workers:
     return {'trainer': calibration.trainer.Peak(sum(peaks))}
@@ -185,7 +190,7 @@ def main(argv=None):
         # At 3/4 of the largest depth: a worker's restore reads its shard whole before assigning it, which the
         # largest depth's workers have no room for (docs/notes/capacity.md).
         depth = max(config.workers, r['depth'] * 3 // 4)
-        override = ';'.join([workload.override, '%s=%d' % (workload.depth_param, depth), config.override, _COMMON])
+        override = _Override(workload, config, depth)
         phases = memory_trials.SaveRestoreEval(workload.model, override, config.workers, cap, args.steps, scratch)
         r['trainer_phases'] = dict(phases, depth=depth)
         print('  %-30s depth %3d: trainer peak %s (the fixed cost of a trainer beside workers: %.0f MiB)' % (

@@ -215,6 +215,11 @@ class RemoteCluster(cluster.Cluster):
         parts.append('task %d: %s' % (task, memory_budget.Budget(**memory).Describe()))
     return '; '.join(parts)
 
+  def SmallestWorkerBudget(self):
+    """The smallest memory budget (bytes) a worker reports, or None."""
+    limits = [(identity.get('memory') or {}).get('limit') for identity in self.identities.values()]
+    return min([limit for limit in limits if limit], default=None)
+
   def _ProcessState(self, task):
     """What the worker's process is doing, where it runs on this host and has stopped or ended; else None."""
     identity = self.identities.get(task) or {}

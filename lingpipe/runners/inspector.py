@@ -72,8 +72,7 @@ def _Budget(mesh, device_memory):
   from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
   budget = device_memory
   if budget is None and mesh.is_remote:
-    limits = [(i.get('memory') or {}).get('limit') for i in mesh.identities.values()]
-    budget = min([l for l in limits if l], default=None)
+    budget = mesh.SmallestWorkerBudget()
   if budget is None or tf.config.list_physical_devices('GPU'):
     return budget, None
   return budget, process_memory.LoadOrCalibrate()

@@ -20,6 +20,7 @@ from lingpipe.core import param_checks
 from lingpipe.core import params_text
 from lingpipe.gpipe import auto_config
 from lingpipe.gpipe import pipelining_layer
+from lingpipe.runners import recorded_params
 
 AUTO = param_checks.AUTO
 FIELDS = pipelining_layer.AUTO_FIELDS
@@ -70,11 +71,8 @@ def _ChoiceFacts(text) -> Dict[str, str]:
 
 def _Recorded(recorded_text, path):
   """{field: value text} of the pipeline at `path` in a params.txt, when it records an automatic choice."""
-  values = {}
-  for line in (recorded_text or '').splitlines():
-    key, sep, value = line.partition(' : ')
-    if sep and key.startswith(path + '.'):
-      values[key[len(path) + 1:]] = value
+  values = {key[len(path) + 1:]: value for key, value in recorded_params.Lines(recorded_text or '').items()
+            if key.startswith(path + '.')}
   if not values.get('auto_choice', '').strip("'\" "):
     return None
   if any(values.get(name, '').strip("'\"") == AUTO for name in FIELDS):

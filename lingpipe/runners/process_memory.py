@@ -6,7 +6,8 @@ holds the Python and TensorFlow runtime, its graphs, gRPC buffers, and what the 
 measured here (AMD EPYC, cgroup v1) an idle worker is charged 267 MiB and a trainer's step runtime more. `Calibrate`
 trains synthetic.DenseStack at two depths, plain and on two workers, under a budget no larger than the machine
 (memory_trials.py), and fits each kind of process's measured peak against the planner's: peak = intercept + slope
-x allocator peak, the fullest worker for workers; the trainer beside workers (it holds no weights) as a constant.
+x allocator peak, the fullest worker for workers; the trainer beside workers, which holds no weights but the
+step's graph, as intercept + slope x layers.
 The fit is kept in ~/.cache/lingpipe/process_memory.json (LINGPIPE_CACHE moves it) under a key of the machine
 (TensorFlow, Python, CPU, kernel), so a new machine or TensorFlow is measured again.
 """

@@ -12,7 +12,7 @@ from lingpipe.core import errors
 _NOT_ADOPTED = ('task.train.', 'task.random_seed')
 
 
-def _Lines(text):
+def Lines(text):
   """{path: value text} of params text 'path : value' lines."""
   lines = {}
   for line in text.splitlines():
@@ -27,9 +27,9 @@ def Adopt(p, recorded_text):
   lines, paths that could not be applied: no longer in the model, or a value it no longer takes)."""
   if not recorded_text:
     return [], []
-  current = _Lines(p.ToText())
+  current = Lines(p.ToText())
   adopted, skipped = [], []
-  for key, value in _Lines(recorded_text).items():
+  for key, value in Lines(recorded_text).items():
     if not key.startswith('task.') or key.startswith(_NOT_ADOPTED) or current.get(key) == value:
       continue
     if key not in current:
@@ -47,7 +47,7 @@ def Adopt(p, recorded_text):
 def Note(p, params_path, adopted, skipped):
   """The line that says what Adopt took from `params_path` and `p` (with the command's overrides applied since)
   still holds, or None when that is nothing and nothing was skipped."""
-  current = _Lines(p.ToText())
+  current = Lines(p.ToText())
   adopted = [line for line in adopted if current.get(line.split(' : ', 1)[0]) == line.split(' : ', 1)[1]]
   if not adopted and not skipped:
     return None

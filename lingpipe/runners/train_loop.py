@@ -205,8 +205,7 @@ class TrainLoop:
       budgets = self.cluster.WorkerBudgets()
       if budgets:
         self.Print("Workers' memory budgets: %s." % budgets)
-      limits = [(i.get('memory') or {}).get('limit') for i in self.cluster.identities.values()]
-      limit = min([l for l in limits if l], default=None)
+      limit = self.cluster.SmallestWorkerBudget()
     if limit:
       self.memory_advice = process_memory.Advice(self.p, limit, len(self.cluster.devices[0]), self.cluster.is_remote)
       if self.cluster.is_remote:
