@@ -14,6 +14,7 @@ took, and whether the choice's measured peak exceeded its budget.
 """
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -46,6 +47,8 @@ def _Args(argv):
   parser.add_argument('--devices', type=int, default=2, help='Logical CPU devices: K goes up to this.')
   parser.add_argument('--micro_batches', default='1,2,4,8,16', help='Values of M in the grid.')
   parser.add_argument('--steps', type=int, default=3, help='Timed steps per configuration (the median is kept).')
+  parser.add_argument('--json', default=None, help='Also write every configuration timed here: its fields, '
+                      'predicted and measured step seconds and peak bytes.')
   parser.add_argument('--write_docs', action='store_true', help='Write the table into docs/benchmarks.md.')
   return parser.parse_args(argv)
 
@@ -92,7 +95,7 @@ def _ProcessPeak(candidate):
   return sum(cell.peak for cell in candidate.cells)
 
 
-def _Row(name, workload, dtype, args, out):
+def _Row(name, workload, dtype, args, out, timed=None):
   shapes = tf.nest.map_structure(lambda t: t.shape.as_list(), workload.inputs)
   micro = tuple(int(m) for m in args.micro_batches.split(','))
   fprop = tf.as_dtype(dtype)
@@ -104,6 +107,10 @@ def _Row(name, workload, dtype, args, out):
   for option in options:
     grid[auto_config.Describe(option)] = (option,) + _Time(workload, auto_config.Fields(option), args.steps)
   grid_s = time.perf_counter() - start
+  if timed is not None:
+    timed.extend(dict(workload=name, dtype=dtype, config=key, fields=auto_config.Fields(v[0]),
+                      predicted_s=v[0].step_seconds, measured_s=v[1], predicted_peak=v[0].peak, measured_peak=v[2])
+                 for key, v in grid.items())
   peaks = sorted(o.peak for o in options)
   rows = []
   for budget_name, budget in (('none', None), ('median peak', peaks[len(peaks) // 2] / (1 - auto_config.MARGIN))):
@@ -129,6 +136,7 @@ def _Row(name, workload, dtype, args, out):
 def main(argv=None):
   args = _Args(argv)
   cluster.ConfigureLocalDevices(args.devices)
+  timed = []
   with benchmark_page.Recording() as printed:
     print('# The trainer\'s pipeline choice against every configuration timed (%s; %d logical devices, M in %s, '
           '%d timed steps each)\n' % (cpu_kernels.DescribeCpu(), args.devices, args.micro_batches, args.steps))
@@ -138,7 +146,10 @@ def main(argv=None):
     for name in args.workloads.split(','):
       for dtype in args.dtypes.split(','):
         workload = workloads.Make(name, dtype=dtype, **_SIZES[name])
-        _Row(workload.name, workload, dtype, args, sys.stdout)
+        _Row(workload.name, workload, dtype, args, sys.stdout, timed)
+  if args.json:
+    with open(args.json, 'w') as f:
+      json.dump(timed, f, indent=1)
   if args.write_docs:
     benchmark_page.Write('The pipeline choice against an exhaustive search', printed.Text(),
                          cpu_kernels.DescribeCpu())

@@ -65,6 +65,15 @@ _COMMON = ("task.network.schedule='gpipe';task.network.balance='uniform';task.tr
            'task.train.log_interval_steps=1')
 
 
+def _WorkerPeaks(peaks):
+  """'peak 1,234 MiB (worker 1)' of the largest worker peak in {process: bytes}."""
+  workers = {k: v for k, v in peaks.items() if k.startswith('worker')}
+  if not workers:
+    return 'peaks not measured'
+  name = max(workers, key=workers.get)
+  return 'largest peak %.0f MiB (%s)' % (workers[name] / 2**20, name)
+
+
 def _Override(workload, config, depth):
   """The params override of `workload` at `depth` in `config`, as every trial runs it."""
   return ';'.join([workload.override, '%s=%d' % (workload.depth_param, depth), config.override, _COMMON])
@@ -152,8 +161,8 @@ def main(argv=None):
   parser.add_argument('--first', default='dense=12,transformer=4', help='First depth tried per workload (plain).')
   parser.add_argument('--scratch', default=None, help='Where trial logdirs go (default: a temporary folder).')
   parser.add_argument('--json', default=None, help='Also write the results here.')
-  parser.add_argument('--save_restore_eval', type=int, default=1, help='1: also measure the trainer\'s peak '
-                      'while it saves, restores and evaluates the largest pipelined model (beside the most workers).')
+  parser.add_argument('--save_restore_eval', type=int, default=1, help='1: also measure the peaks while the '
+                      'largest pipelined model (beside the most workers) saves, resumes and evaluates.')
   parser.add_argument('--write_docs', action='store_true', help='Write the table into docs/benchmarks.md.')
   args = parser.parse_args(argv)
   cap = byte_sizes.Parse(args.cap, '--cap')
@@ -187,15 +196,14 @@ def main(argv=None):
       if pipelined and args.save_restore_eval:  # The trainer's peak should not grow with the model it saves.
         r = max(pipelined, key=lambda r: CONFIGS[r['config']].workers)
         config = CONFIGS[r['config']]
-        # At 3/4 of the largest depth: a worker's restore reads its shard whole before assigning it, which the
-        # largest depth's workers have no room for (docs/notes/capacity.md).
-        depth = max(config.workers, r['depth'] * 3 // 4)
-        override = _Override(workload, config, depth)
+        override = _Override(workload, config, r['depth'])
         phases = memory_trials.SaveRestoreEval(workload.model, override, config.workers, cap, args.steps, scratch)
-        r['trainer_phases'] = dict(phases, depth=depth)
-        print('  %-30s depth %3d: trainer peak %s (the fixed cost of a trainer beside workers: %.0f MiB)' % (
-            config.name, depth, ', '.join('%s %s' % (k, '%.0f MiB' % (v / 2**20) if v else 'failed')
-                                          for k, v in phases.items()), calibration.client.intercept / 2**20))
+        r['trainer_phases'] = dict(phases, depth=r['depth'])
+        print('  %s, depth %d (the fixed cost of a trainer beside workers: %.0f MiB):' % (
+            config.name, r['depth'], calibration.client.intercept / 2**20))
+        for phase, peaks in phases.items():
+          print('    %-16s %s' % (phase, 'failed' if peaks is None else 'trainer peak %.0f MiB, workers\' %s' % (
+              peaks.get('trainer', 0) / 2**20, _WorkerPeaks(peaks))))
       print('\n| config | largest depth (next failed) | planner\'s largest | parameters | over plain | peak per '
             'process, measured / planner (MiB) |')
       print('|---|---|---|---|---|---|')

@@ -9,7 +9,7 @@ clear errors for checkpoints that cannot be used. Nothing a run did not write it
     to start over from step 0 and write new ckpt-N over the old ones); eval, decode and export read the disk.
   - the newest checkpoint corrupt or truncated: training moves its files into train/corrupt/ and resumes from the
     newest one that restores, saying so; eval, decode and export name that one for --checkpoint_path.
-  - a checkpoint of another model: resuming requires an exact match (assert_consumed); eval, decode and export
+  - a checkpoint of another model: resuming requires an exact match (variable_restore.py); eval, decode and export
     require every variable of the task to be in the checkpoint and every task variable of the checkpoint to be in
     the model (`CheckTaskVariables`). Partial restores are only for init_from_checkpoint, where they are explicit.
 A logdir belongs to one model, recorded in params.txt, which always describes the checkpoints beside it.
@@ -24,6 +24,7 @@ from google.protobuf import text_format
 
 from lingpipe.core import errors
 from lingpipe.runners import safe_write
+from lingpipe.runners import variable_restore
 
 PARAMS_FILE = 'params.txt'
 PENDING_PARAMS_FILE = 'params.pending.txt'
@@ -310,21 +311,9 @@ def Quarantine(prefix):
 
 # -- restoring ---------------------------------------------------------------------------------------------------
 def _TaskVariableKeys(root):
-  """{checkpoint key: variable} of the variables under root's 'task' (breadth first, as checkpoints name them)."""
-  view = tf.train.TrackableView(root)
-  keys, seen, queue = {}, set(), [((), root)]
-  while queue:
-    path, obj = queue.pop(0)
-    for name, child in view.children(obj).items():
-      if id(child) in seen:
-        continue
-      seen.add(id(child))
-      child_path = path + (name,)
-      if isinstance(child, tf.Variable):
-        keys['/'.join(child_path)] = child
-      else:
-        queue.append((child_path, child))
-  return {k: v for k, v in keys.items() if k.startswith('task/')}
+  """{checkpoint key less _VALUE_SUFFIX: variable} of the variables under root's 'task'."""
+  return {k[:-len(_VALUE_SUFFIX)]: v for k, v in variable_restore.VariableKeys(root).items()
+          if k.startswith('task/')}
 
 
 def CheckTaskVariables(root, path):
@@ -391,11 +380,7 @@ def Restore(checkpoint, path, exact_task=False):
   try:
     if exact_task:
       CheckTaskVariables(checkpoint, path)
-    status = checkpoint.restore(path, options=Options())
-    if exact_task:
-      status.expect_partial().assert_existing_objects_matched()
-    else:
-      status.assert_consumed()
+    variable_restore.Restore(checkpoint, path, exact=not exact_task, options=Options())
   except (tf.errors.OpError, IndexError, EOFError) as e:
     first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     raise _Vanished(path, listed) or CorruptCheckpointError('Checkpoint %s (files: %s) is corrupt or truncated: '

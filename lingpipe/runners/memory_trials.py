@@ -77,9 +77,10 @@ def Run(model, override, workers, cap, steps, scratch=None):
 
 
 def SaveRestoreEval(model, override, workers, cap, steps, scratch=None):
-  """The trainer's peak (bytes) beside `workers` capped workers in each of: training `steps` steps with a save at
-  the end ('train and save'), resuming to save again ('restore and save') and evaluating ('eval'); or None for a
-  phase that failed. The trainer holds no variable: its peak should not grow with the model."""
+  """{phase: {process: peak bytes}} of a trainer beside `workers` capped workers in each of: training `steps` steps
+  with a save at the end ('train and save'), resuming to save again ('restore and save') and evaluating ('eval');
+  None for a phase that failed. The trainer holds no variable: its peak should not grow with the model; a worker
+  restores one variable at a time, so a model that trains also resumes."""
   logdir = tempfile.mkdtemp(dir=scratch, prefix='trial-')
   base = [sys.executable, '-m', 'lingpipe.trainer', '--model=' + model, '--logdir=' + logdir,
           '--memory_limit=%d' % cap, '--model_params_override=' + override]
@@ -93,7 +94,7 @@ def SaveRestoreEval(model, override, workers, cap, steps, scratch=None):
                            ('restore and save', ['--max_steps=%d' % (steps + 1)]),
                            ('eval', ['--mode=eval'])):
         trial = _Train(base + extra + [spec], pids, time.time(), done=('Wrote ' if phase == 'eval' else None))
-        peaks[phase] = trial.peaks.get('trainer') if trial.ok else None
+        peaks[phase] = trial.peaks if trial.ok else None
   finally:
     shutil.rmtree(logdir, ignore_errors=True)
   return peaks
