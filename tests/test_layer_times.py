@@ -47,7 +47,9 @@ def test_a_slow_layer_and_slow_micro_batches_lower_the_prediction():
   assert ideal == pytest.approx(2 * 4 / 5)  # Two devices, bubble (K-1)/(M+K-1).
   skewed = memory_plan.PredictedSpeedup(described, [1, 1], 4, 'never', batch_times=slow_first,
                                         micro_times=layer_times.Times(16, (0.75, 0.25), (1.5, 0.5)))
-  assert skewed == pytest.approx(4 / 3 * 4 / 5)
+  # The slow device works 4 x (0.75 + 1.5) = 9 and waits 0.75 (the fast device's last forward, 0.25, and its
+  # last micro-batch's backward, 0.5): 9.75 against the plain model's 12.
+  assert skewed == pytest.approx(12 / 9.75)
   assert memory_plan.PredictedSpeedup(described, [1, 1], 4, 'never', batch_times=even,
                                       micro_times=half(even, 4)) == pytest.approx(ideal / 2)
 

@@ -5,8 +5,9 @@ r"""The trainer's pipeline choice (--pipeline=auto) against an exhaustive search
 For each workload and dtype it times, on this process's 2 logical CPU devices (where the trainer's choice runs),
 one training step of every configuration of the grid (K in 1..--devices, M in --micro_batches dividing the batch,
 the three remat policies, the four schedules; each cut the planner's balances give), then lets the chooser
-(gpipe/auto_config.py: layers timed here, the planner's speed and memory model) choose under each budget: none,
-and a tight one (the median of the grid's predicted peaks). The devices share one allocator, so a budget is the
+(gpipe/auto_config.py: layers and this machine's step_time.Terms measured here, the planner's speed and memory
+model) choose under each budget: none, and a tight one (the median of the grid's predicted peaks). Below the table
+it prints the terms it measured and how far the predicted step times were from the measured ones. The devices share one allocator, so a budget is the
 process's: the devices' predicted peaks added up, against the step's measured allocator peak plus the weights
 and Adam's two slots. It prints the choice's measured step time over the
 grid's best among the configurations that fit the same budget, the time spent choosing against the time the grid
@@ -34,6 +35,7 @@ from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top,wr
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe import auto_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lingpipe.gpipe import step_time  # pylint: disable=g-import-not-at-top,wrong-import-position
 import benchmark_page  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _SIZES = {'dense': dict(layers=8, width=1024, batch=1024),
@@ -46,7 +48,7 @@ def _Args(argv):
   parser.add_argument('--dtypes', default='float32,bfloat16', help='Compute dtypes, each a row.')
   parser.add_argument('--devices', type=int, default=2, help='Logical CPU devices: K goes up to this.')
   parser.add_argument('--micro_batches', default='1,2,4,8,16', help='Values of M in the grid.')
-  parser.add_argument('--steps', type=int, default=3, help='Timed steps per configuration (the median is kept).')
+  parser.add_argument('--steps', type=int, default=5, help='Timed steps per configuration (the median is kept).')
   parser.add_argument('--json', default=None, help='Also write every configuration timed here: its fields, '
                       'predicted and measured step seconds and peak bytes.')
   parser.add_argument('--write_docs', action='store_true', help='Write the table into docs/benchmarks.md.')
@@ -95,31 +97,39 @@ def _ProcessPeak(candidate):
   return sum(cell.peak for cell in candidate.cells)
 
 
-def _Row(name, workload, dtype, args, out, timed=None):
+def _Row(name, workload, dtype, args, out, timed=None, notes=None):
   shapes = tf.nest.map_structure(lambda t: t.shape.as_list(), workload.inputs)
   micro = tuple(int(m) for m in args.micro_batches.split(','))
   fprop = tf.as_dtype(dtype)
+  start = time.perf_counter()  # What the trainer does before it chooses: time the layers and this machine.
+  predicted = auto_config.Predict(workload.layers, shapes, args.devices, peak_of=_ProcessPeak, fprop_dtype=fprop,
+                                  slots=2)
+  predict_s = time.perf_counter() - start
   start = time.perf_counter()
-  options = [o for o in auto_config.Options(workload.layers, shapes, tf.nest.flatten(workload.inputs)[0].shape[0],
-                                            args.devices, {}, _ProcessPeak, slots=2, fprop_dtype=fprop)
-             if o.candidate.num_micro_batches in micro]
   grid = {}
-  for option in options:
-    grid[auto_config.Describe(option)] = (option,) + _Time(workload, auto_config.Fields(option), args.steps)
+  for option in predicted.options:
+    if option.candidate.num_micro_batches in micro:
+      grid[auto_config.Describe(option)] = (option,) + _Time(workload, auto_config.Fields(option), args.steps)
   grid_s = time.perf_counter() - start
+  errors = sorted(abs(v[0].step_seconds / v[1] - 1) for v in grid.values())
+  if notes is not None:
+    notes.append('%s, %s: measured here: %s; predicted step times off by %.0f%% (median), %.0f%% (90th '
+                 'percentile) over the %d timed.' % (name, dtype, step_time.Describe(predicted.terms),
+                                                     100 * errors[len(errors) // 2],
+                                                     100 * errors[int(0.9 * (len(errors) - 1))], len(errors)))
   if timed is not None:
     timed.extend(dict(workload=name, dtype=dtype, config=key, fields=auto_config.Fields(v[0]),
                       predicted_s=v[0].step_seconds, measured_s=v[1], predicted_peak=v[0].peak, measured_peak=v[2])
                  for key, v in grid.items())
-  peaks = sorted(o.peak for o in options)
+  peaks = sorted(v[0].peak for v in grid.values())
   rows = []
   for budget_name, budget in (('none', None), ('median peak', peaks[len(peaks) // 2] / (1 - auto_config.MARGIN))):
     start = time.perf_counter()
-    choice = auto_config.ChooseFor(workload.layers, shapes, args.devices, budget=budget, peak_of=_ProcessPeak,
-                                   fprop_dtype=fprop, slots=2)
-    choose_s = time.perf_counter() - start
+    choice = auto_config.Choose(predicted.options, args.devices, budget, plain_seconds=predicted.plain_seconds,
+                                terms=predicted.terms)
+    choose_s = predict_s + time.perf_counter() - start
     key = auto_config.Describe(choice.chosen)
-    if key not in grid:  # A cut by measured times is not in the flops-cut grid: timed apart.
+    if key not in grid:  # An M outside the grid's: timed apart.
       grid[key] = (choice.chosen,) + _Time(workload, auto_config.Fields(choice.chosen), args.steps)
     fitting = [v for v in grid.values() if budget is None or v[0].peak <= budget * (1 - auto_config.MARGIN)]
     best_key, best = min(((auto_config.Describe(v[0]), v) for v in fitting), key=lambda kv: kv[1][1])
@@ -136,7 +146,7 @@ def _Row(name, workload, dtype, args, out, timed=None):
 def main(argv=None):
   args = _Args(argv)
   cluster.ConfigureLocalDevices(args.devices)
-  timed = []
+  timed, notes = [], []
   with benchmark_page.Recording() as printed:
     print('# The trainer\'s pipeline choice against every configuration timed (%s; %d logical devices, M in %s, '
           '%d timed steps each)\n' % (cpu_kernels.DescribeCpu(), args.devices, args.micro_batches, args.steps))
@@ -146,7 +156,10 @@ def main(argv=None):
     for name in args.workloads.split(','):
       for dtype in args.dtypes.split(','):
         workload = workloads.Make(name, dtype=dtype, **_SIZES[name])
-        _Row(workload.name, workload, dtype, args, sys.stdout, timed)
+        _Row(workload.name, workload, dtype, args, sys.stdout, timed, notes)
+    print()
+    for line in notes:
+      print('- ' + line)
   if args.json:
     with open(args.json, 'w') as f:
       json.dump(timed, f, indent=1)

@@ -1,6 +1,6 @@
 r"""Test accuracy of registered models trained for the same wall-clock time, side by side, one CPU core each.
 
-    python tools/prepare_cifar10.py --source=../shared/datasets/cifar10_jpg_source.tar.gz --out_dir=data/cifar10
+    python tools/prepare_cifar10.py --source=cifar-10-batches-py --out_dir=data/cifar10
     python tools/equal_time_benchmark.py --data_dir=data/cifar10 --minutes=45 --logdir=runs/equal_time
 
 Each model is first timed for --calibration_steps steps on its core; its run then gets the steps its measured speed

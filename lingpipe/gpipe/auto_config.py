@@ -12,6 +12,7 @@ from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.gpipe import memory_plan
 from lingpipe.gpipe import schedule as schedule_lib
+from lingpipe.gpipe import step_time
 
 MARGIN = 0.10  # Of the budget, kept free: the process predictions of dense stacks were within 4% of measured peaks.
 BALANCES = ('uniform', 'flops', 'time')  # 'time' when layer times are measured.
@@ -32,6 +33,7 @@ class Choice(NamedTuple):
   budget: Optional[int]  # bytes, before the margin; None: chosen for speed alone
   plain_seconds: Optional[float]  # the plain model's predicted step, from the measured times
   num_devices: int
+  terms: Optional[step_time.Terms] = None  # this machine's costs the step times include
 
 
 def MicroBatchChoices(batch_size, largest=32):
@@ -44,10 +46,10 @@ def _Key(option):
 
 
 def Options(layer_params, input_shapes, batch_size, num_devices, fixed, peak_of=None, times=None, slots=0,
-            dtype_size=4, fprop_dtype=None) -> List[Option]:
+            dtype_size=4, fprop_dtype=None, terms=None) -> List[Option]:
   """Every distinct configuration the fields not in `fixed` allow ({field: value} of PipeliningLayer's
   num_splits, num_micro_batches, remat, schedule, balance), with its peak (`peak_of`, default the fullest
-  device's) and predicted step time."""
+  device's) and predicted step time (from `times` and this machine's step_time.Terms `terms`)."""
   micro = (fixed['num_micro_batches'],) if 'num_micro_batches' in fixed else MicroBatchChoices(batch_size)
   remats = (fixed['remat'],) if 'remat' in fixed else schedule_lib.REMAT_POLICIES
   schedules = (fixed['schedule'],) if 'schedule' in fixed else schedule_lib.SCHEDULES
@@ -59,12 +61,12 @@ def Options(layer_params, input_shapes, batch_size, num_devices, fixed, peak_of=
   plain = None
   if times is not None:
     whole = times(batch_size)
-    plain = sum(whole.forward) + sum(whole.backward)
+    plain = sum(whole.forward) + sum(whole.backward) + 2 * (terms or step_time.IDEAL).per_action
   seen, options = set(), []
   for balance in balances:
     for c in memory_plan.Candidates(layer_params, input_shapes, num_devices, batch_size, micro, remats,
                                     balance=balance, slots=slots, dtype_size=dtype_size, schedules=schedules,
-                                    fprop_dtype=fprop_dtype, times=times):
+                                    fprop_dtype=fprop_dtype, times=times, terms=terms):
       if 'num_splits' in fixed and c.num_splits != fixed['num_splits']:
         continue
       key = (c.schedule, c.remat, c.num_splits, c.num_micro_batches, c.counts, c.virtual_stages)
@@ -76,7 +78,7 @@ def Options(layer_params, input_shapes, batch_size, num_devices, fixed, peak_of=
   return options
 
 
-def Choose(options, num_devices, budget=None, margin=MARGIN, plain_seconds=None) -> Choice:
+def Choose(options, num_devices, budget=None, margin=MARGIN, plain_seconds=None, terms=None) -> Choice:
   """The fastest option whose peak is within `budget` x (1 - margin) (any, without a budget); raises NothingFits
   when none is."""
   if not options:
@@ -93,7 +95,7 @@ def Choose(options, num_devices, budget=None, margin=MARGIN, plain_seconds=None)
   rejected = next((o for o in ranked if o.peak > limit), None)
   if rejected is not None and _Key(rejected) <= _Key(chosen):
     rejected = None
-  return Choice(chosen, runner_up, rejected, budget, plain_seconds, num_devices)
+  return Choice(chosen, runner_up, rejected, budget, plain_seconds, num_devices, terms)
 
 
 class NothingFits(errors.ConfigError):
@@ -109,27 +111,65 @@ class NothingFits(errors.ConfigError):
             c.num_micro_batches, c.remat, c.schedule, byte_sizes.Format(smallest.peak / (1 - margin))))
 
 
-def ChooseFor(layer_params, input_shapes, num_devices, fixed=None, budget=None, peak_of=None, fprop_dtype=None,
-              dtype_size=4, slots=0, batch_dim=0, log=None, measure=True) -> Choice:
-  """Times the layers here at the batch's and each micro-batch's size (`measure`; else flops), then Choose among
-  the Options the `fixed` fields allow: what lingpipe-train and lingpipe.keras.Pipeline run."""
+class Predictions(NamedTuple):
+  options: List[Option]
+  plain_seconds: Optional[float]
+  terms: Optional[step_time.Terms]
+
+
+def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, fprop_dtype=None, dtype_size=4,
+            slots=0, batch_dim=0, log=None, measure=True) -> Predictions:
+  """Every Option the `fixed` fields allow, its step time predicted from the layers timed here at the batch's and
+  each micro-batch's size and this machine's step_time.Terms on the first `num_devices` local devices
+  (`measure`; else the speed-ups are in flops)."""
   from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
-  times, plain = None, None
+  times, plain, terms = None, None, None
   if measure:
     built, measured = {}, {}  # Each distinct layer built and traced once, for every size.
+    dtype = fprop_dtype or 'float32'
+
+    # Measured at the whole batch, the smallest micro-batch and one between; linear between those (each size is
+    # traced apart, as a cell is).
+    micro = sorted((fixed or {}).get('num_micro_batches') and [fixed['num_micro_batches']]
+                   or MicroBatchChoices(batch))
+    anchors = sorted({batch, batch // micro[-1], batch // micro[len(micro) // 2]})
 
     def Times(size):
       if size not in measured:
-        measured[size] = layer_times.Measure(layer_params, input_shapes, size, dtype=fprop_dtype or 'float32',
-                                             batch_dim=batch_dim, log=log, built=built)
+        if size in anchors or size < anchors[0] or size > anchors[-1]:
+          measured[size] = layer_times.Measure(layer_params, input_shapes, size, dtype=dtype, batch_dim=batch_dim,
+                                               log=log, built=built)
+        else:
+          lo, hi = max(a for a in anchors if a < size), min(a for a in anchors if a > size)
+          measured[size] = layer_times.Interpolate(Times(lo), Times(hi), size)
       return measured[size]
 
     times = Times
-    plain = sum(Times(batch).forward) + sum(Times(batch).backward)
+    # The devices' concurrency with the model's heaviest layer at a micro-batch's size (one already traced).
+    unit = layer_times.HeaviestLayer(layer_params, input_shapes, Times(anchors[len(anchors) // 2]), dtype,
+                                     batch_dim, built)
+    terms = step_time.Measure(unit, _LocalDevices(num_devices))
+    plain = sum(Times(batch).forward) + sum(Times(batch).backward) + 2 * terms.per_action
   options = Options(layer_params, input_shapes, batch, num_devices, fixed or {}, peak_of, times, slots=slots,
-                    dtype_size=dtype_size, fprop_dtype=fprop_dtype)
-  return Choose(options, num_devices, budget, plain_seconds=plain)
+                    dtype_size=dtype_size, fprop_dtype=fprop_dtype, terms=terms)
+  return Predictions(options, plain, terms)
+
+
+def ChooseFor(layer_params, input_shapes, num_devices, fixed=None, budget=None, peak_of=None, fprop_dtype=None,
+              dtype_size=4, slots=0, batch_dim=0, log=None, measure=True) -> Choice:
+  """Choose among what Predict gives: what lingpipe-train and lingpipe.keras.Pipeline run."""
+  predicted = Predict(layer_params, input_shapes, num_devices, fixed, peak_of, fprop_dtype, dtype_size, slots,
+                      batch_dim, log, measure)
+  return Choose(predicted.options, num_devices, budget, plain_seconds=predicted.plain_seconds,
+                terms=predicted.terms)
+
+
+def _LocalDevices(num_devices):
+  """The names of the first `num_devices` GPUs, else logical CPU devices, that a pipeline here runs on."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  devices = tf.config.list_logical_devices('GPU') or tf.config.list_logical_devices('CPU')
+  return [d.name for d in devices[:max(1, num_devices)]]
 
 
 def Fields(option) -> Dict[str, object]:
@@ -167,5 +207,7 @@ def Report(choice, what='peak') -> List[str]:
   if choice.plain_seconds is not None:
     lines.append('(the plain model, one device, no micro-batches: %.3f s predicted; speed-ups against it)' %
                  choice.plain_seconds)
+  if choice.terms is not None:
+    lines.append('(measured here: %s)' % step_time.Describe(choice.terms))
   return lines
 

@@ -54,8 +54,9 @@ def _Best(run, repeats):
 
 
 class _Timed:
-  """One layer built once, with traced functions that take any batch size (reduce_retracing: a second size
-  retraces with the batch dimension relaxed, and later sizes reuse that trace)."""
+  """One layer built once, with traced functions traced again for each batch size: a pipeline's cell is traced
+  at its micro-batch's exact shape, and a trace with the batch dimension relaxed ran a dense layer's backward at
+  half the speed (its two matrix products no longer ran side by side on two inter-op threads)."""
 
   def __init__(self, layer_params):
     self.layer = layer = layer_params.Copy().Set(name=layer_params.name or 'layer').Instantiate()
@@ -74,10 +75,10 @@ class _Timed:
                             output_gradients=[tf.ones_like(t) for t in y])
       return [g for g in grads if g is not None]
 
-    self.forward = tf.function(lambda x: tf.nest.flatten(Forward(x)), reduce_retracing=True)
-    self.forward_backward = tf.function(ForwardBackward, reduce_retracing=True)
+    self.forward = tf.function(lambda x: tf.nest.flatten(Forward(x)))
+    self.forward_backward = tf.function(ForwardBackward)
     # What calling a traced function costs: a cell calls its layers inside one, not one each.
-    self.call = tf.function(tf.nest.flatten, reduce_retracing=True)
+    self.call = tf.function(tf.nest.flatten)
 
   def Measure(self, shapes, dtype, repeats):
     x = _Random(shapes, dtype)
@@ -117,3 +118,41 @@ def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3,
     backward.append(measured[key][1])
     shapes = p.cls.FPropMeta(p, shapes).out_shapes[0]
   return Times(batch_size, tuple(forward), tuple(backward))
+
+
+def Interpolate(smaller, larger, batch_size):
+  """Times at `batch_size`, between two measured Times of a smaller and a larger batch: each layer's times
+  linear in the batch size between them (a fixed cost and a cost per example)."""
+  w = (batch_size - smaller.batch_size) / float(larger.batch_size - smaller.batch_size)
+  mix = lambda a, b: tuple((1 - w) * x + w * y for x, y in zip(a, b))
+  return Times(batch_size, mix(smaller.forward, larger.forward), mix(smaller.backward, larger.backward))
+
+
+def HeaviestLayer(layer_params, input_shapes, times, dtype=tf.float32, batch_dim=0, built=None):
+  """A function of a device name that runs, on that device, the forward and backward of the layer that `times`
+  (Measure's, with the same `built`) says takes longest, at times.batch_size: a unit of this model's own work."""
+  dtype = tf.as_dtype(dtype)
+  built = {} if built is None else built
+  costs = [f + b for f, b in zip(times.forward, times.backward)]
+  heaviest = costs.index(max(costs))
+  shapes = _WithBatch(input_shapes, times.batch_size, batch_dim)
+  for p in layer_params[:heaviest]:
+    p = p.Copy().Set(fprop_dtype=p.fprop_dtype or dtype)
+    shapes = p.cls.FPropMeta(p, shapes).out_shapes[0]
+  p = layer_params[heaviest].Copy()
+  p.Set(fprop_dtype=p.fprop_dtype or dtype)
+  try:
+    text = p.Copy().Set(name='').ToText()
+  except errors.ConfigError:
+    text = 'layer %d' % heaviest
+  layer_key = (p.cls, text, repr(_WithBatch(shapes, 1, batch_dim)), dtype)
+  if layer_key not in built:
+    built[layer_key] = _Timed(p)
+  timed, inputs = built[layer_key], {}
+
+  def Run(device):
+    with tf.device(device):
+      if device not in inputs:
+        inputs[device] = _Random(shapes, dtype)
+      tf.nest.map_structure(lambda t: t.numpy(), timed.forward_backward(inputs[device]))
+  return Run

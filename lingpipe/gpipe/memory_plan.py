@@ -47,6 +47,7 @@ from lingpipe.gpipe import partition
 from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import saved_activations
 from lingpipe.gpipe import schedule as schedule_lib
+from lingpipe.gpipe import step_time
 
 
 class Layers(NamedTuple):
@@ -253,38 +254,34 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
 
 
 def PredictedSpeedup(layers, counts, num_micro, remat, schedule='gpipe', num_devices=None, batch_times=None,
-                     micro_times=None):
-  """Plain model's step over the pipeline's: the busiest device's work stretched by the schedule's bubble
-  (schedule.Bubble). The work is counted in flops (see the module docstring) or, given layer_times.Times of the
-  whole batch (`batch_times`: the plain model) and of one micro-batch (`micro_times`), in measured seconds: a
-  device runs each of its layers' forward and backward M times at the micro-batch's size, and re-computes
-  forwards as `remat` says."""
+                     micro_times=None, terms=None):
+  """Plain model's step over the pipeline's, the plan run action by action (step_time.Predict: a backward
+  re-computes its forward where the plan says). The work is counted in flops (see the module docstring; a
+  backward costs two forwards, a micro-batch 1/M of the batch) or, given layer_times.Times of the whole batch
+  (`batch_times`: the plain model) and of one micro-batch (`micro_times`), in measured seconds, with this
+  machine's step_time.Terms (`terms`, default none)."""
   plan = _Plan(schedule, num_micro, len(counts), remat, num_devices)
-  bounds, times = [0], [0.0] * plan.num_devices
-  for c in counts:
-    bounds.append(bounds[-1] + c)
-  extra = {'never': 0.0, 'except_last': (num_micro - 1) / num_micro, 'always': 1.0}[remat]
-  if batch_times is None:  # In flops: a backward costs two forwards.
-    forward, backward = tuple(layers.flops), tuple(2.0 * f for f in layers.flops)
-    plain, micro = sum(forward) + sum(backward), 1
+  if batch_times is None:  # In flops.
+    whole = (tuple(layers.flops), tuple(2.0 * f for f in layers.flops))
+    micro = tuple(tuple(t / num_micro for t in times) for times in whole)
+    terms = step_time.IDEAL
   else:
-    forward, backward = micro_times.forward, micro_times.backward
-    plain, micro = sum(batch_times.forward) + sum(batch_times.backward), num_micro
-  for k in range(len(counts)):
-    lo, hi = bounds[k], bounds[k + 1]
-    times[k % plan.num_devices] += micro * ((1.0 + extra) * sum(forward[lo:hi]) + sum(backward[lo:hi]))
-  pipelined = max(times) / (1.0 - schedule_lib.Bubble(plan))
+    whole = (batch_times.forward, batch_times.backward)
+    micro = (micro_times.forward, micro_times.backward)
+    terms = terms or step_time.IDEAL
+  plain = sum(whole[0]) + sum(whole[1]) + 2 * terms.per_action  # one forward and one backward call
+  pipelined = step_time.Predict(plan, *step_time.CellTimes(counts, *micro), terms=terms)
   return plain / pipelined if pipelined else 1.0
 
 
 def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batches=(1, 2, 4, 8, 16, 32),
                remats=schedule_lib.REMAT_POLICIES, balance='flops', slots=0, dtype_size=4,
-               schedules=schedule_lib.SCHEDULES, virtual_stages=(2,), fprop_dtype=None, times=None):
+               schedules=schedule_lib.SCHEDULES, virtual_stages=(2,), fprop_dtype=None, times=None, terms=None):
   """Every (schedule, remat, K <= num_devices, M dividing batch_size) configuration; 'interleaved_1f1b' with each
   of `virtual_stages` cells per device (K x v cells at most the number of layers). `balance` a list: the layers
   per cell of one cut, planned for the K (and v) it fits; 'time' with `times`: cut by the measured times.
   `times`: None (speed-ups from flops) or a function of a batch size returning layer_times.Times of the layers at
-  that size (speed-ups from measured times)."""
+  that size (speed-ups from measured times, with this machine's step_time.Terms `terms`)."""
   layers = DescribeLayers(layer_params, input_shapes, dtype_size, fprop_dtype=fprop_dtype)
   measured_costs = None
   if balance == 'time' and times is not None:  # Each layer's measured forward and backward at the whole batch.
@@ -308,7 +305,8 @@ def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batche
         for m in micro_batches:
           if m > batch_size or batch_size % m:
             continue
-          measured = {} if times is None else dict(batch_times=times(batch_size), micro_times=times(batch_size // m))
+          measured = {} if times is None else dict(batch_times=times(batch_size), micro_times=times(batch_size // m),
+                                                   terms=terms)
           for remat in remats:
             cells = CellMemories(layers, counts, m, remat, slots, dtype_size, schedule, k)
             plan = _Plan(schedule, m, num_cells, remat, k)

@@ -82,7 +82,7 @@ class _AmoebaNetD(_Cifar10):
 
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetD(_AmoebaNetD):
-  """AmoebaNet-D(6, 32), 0.68M parameters: trains on this CPU with K=2 cells on logical devices, M=8."""
+  """AmoebaNet-D(6, 32), 0.68M parameters: small enough to train on a CPU; K=2 cells on logical devices, M=8."""
 
 
 @model_registry.RegisterSingleTaskModel
@@ -100,7 +100,7 @@ class AmoebaNetD_18_256(_AmoebaNetD):  # pylint: disable=invalid-name
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetD_18_512(_AmoebaNetD):  # pylint: disable=invalid-name
   """AmoebaNet-D(18, 512) on CIFAR-10: 474.0M parameters, K=8 (the paper's AmoebaNet-B(18, 512) at ImageNet
-  resolution is image.imagenet.AmoebaNetB_18_512). Builds; far too big to train on this machine."""
+  resolution is image.imagenet.AmoebaNetB_18_512). Builds; far too big to train on a CPU."""
 
   NUM_CELLS, FILTERS, NUM_SPLITS = 18, 512, 8
   ONE_STEP_TEST = 'skip'

@@ -80,7 +80,7 @@ class _AmoebaNet(base_model_params.SingleTaskModelParams):
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetB_18_512(_AmoebaNet):  # pylint: disable=invalid-name
   """The GPipe paper's ImageNet model: AmoebaNet-B(18, 512) at 480 x 480, 557M parameters (559M with the
-  auxiliary head), K=4 here. Far too big to train on this machine; --mode=inspect prints its size and plan."""
+  auxiliary head), K=4 here. Far too big to train on a CPU; --mode=inspect prints its size and plan."""
 
   GENOTYPE, FILTERS, IMAGE_SIZE, BATCH_SIZE = 'B', 512, 480, 64
   NUM_SPLITS, NUM_MICRO_BATCHES = 4, 16
@@ -129,7 +129,7 @@ class AmoebaNetD_72_512(_TableOne):  # pylint: disable=invalid-name
 @model_registry.RegisterSingleTaskModel
 class AmoebaNetD_Small(_AmoebaNet):  # pylint: disable=invalid-name
   """AmoebaNet-D(3, 16) at 96 x 96 with the reference's ImageNet stem, auxiliary head and set-up, K=2, M=4: trains
-  on this machine on a small ImageNet-format set (e.g. the bundled CIFAR-10 sample as class folders of JPEGs:
+  on a CPU on a small ImageNet-format set (e.g. the bundled CIFAR-10 sample as class folders of JPEGs:
   tools/prepare_imagenet.py --write_sample_tree)."""
 
   NUM_CELLS, FILTERS, IMAGE_SIZE, NUM_CLASSES, BATCH_SIZE = 3, 16, 96, 10, 32

@@ -1,7 +1,8 @@
 """Multi30k (Elliott et al. 2016): de, fr, cs -> en with one multilingual model: mt.multi30k.*.
 
 The data is not in the repository. Put the Multi30k task-1 text files (train.de, train.en, ..., val.*,
-test_2016_flickr.*) in data/multi30k, or point LINGPIPE_MULTI30K_DIR at them, and train the shared vocabulary once:
+test_2016_flickr.*, unzipped from data/task1/raw of https://github.com/multi30k/dataset) in data/multi30k, or point
+LINGPIPE_MULTI30K_DIR at them, and train the shared vocabulary once:
 
     python tools/train_spm.py --pattern='data/multi30k/{split}.{lang}' --pairs=de-en,fr-en,cs-en \
         --vocab_size=8000 --out=data/multi30k/spm

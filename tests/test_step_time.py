@@ -1,0 +1,69 @@
+"""The planner's step time (gpipe/step_time.py): the plan run action by action, with this machine's costs."""
+
+import pytest
+
+from lingpipe.gpipe import schedule
+from lingpipe.gpipe import step_time
+from lingpipe.gpipe.plan import BACKWARD, FORWARD, WEIGHT
+
+
+def _Costs(plan, forward, backward):
+  costs = {}
+  for k in range(plan.num_cells):
+    costs[(FORWARD, k)] = forward[k]
+    costs[(BACKWARD, k)] = backward[k] / 2 if plan.splits_backward else backward[k]
+    costs[(WEIGHT, k)] = backward[k] / 2
+  return costs
+
+
+@pytest.mark.parametrize('name', schedule.SCHEDULES)
+def test_without_recompute_it_is_the_schedules_simulation(name):
+  cells = 4 if name == 'interleaved_1f1b' else 2
+  plan = schedule.MakePlan(name, 4, cells, 'never', 2)
+  forward, backward = (1.0, 0.5, 2.0, 1.0)[:cells], (2.0, 1.0, 3.0, 2.5)[:cells]
+  assert step_time.Predict(plan, forward, backward) == pytest.approx(
+      schedule.Simulate(plan, costs=_Costs(plan, forward, backward))[0])
+
+
+def test_a_forward_is_recomputed_only_where_the_plan_keeps_its_input():
+  # One cell: 1F1B runs each backward right after its forward, so remat keeps the activations and costs nothing.
+  one_f_one_b = [step_time.Predict(schedule.MakePlan('1f1b', 4, 1, remat, 1), (1.0,), (2.0,))
+                 for remat in ('never', 'always')]
+  assert one_f_one_b == [12.0, 12.0]
+  # Fill-drain on two cells: each re-computing backward adds its forward, except the last micro-batch's
+  # on the last cell (its backward follows its forward).
+  never = step_time.Predict(schedule.MakePlan('gpipe', 4, 2, 'never', 2), (1.0, 1.0), (2.0, 2.0))
+  always = step_time.Predict(schedule.MakePlan('gpipe', 4, 2, 'always', 2), (1.0, 1.0), (2.0, 2.0))
+  assert never == pytest.approx(15.0) and always > never + 3.0
+
+
+def test_devices_that_share_cores_are_bounded_by_their_concurrency():
+  plan = schedule.MakePlan('gpipe', 8, 2, 'never', 2)
+  free = step_time.Predict(plan, (1.0, 1.0), (2.0, 2.0))
+  shared = step_time.Predict(plan, (1.0, 1.0), (2.0, 2.0), step_time.Terms(concurrency=(1.0, 1.0)))
+  assert free == pytest.approx(27.0)  # 8 x 3 on each device and a 3-unit bubble.
+  assert shared == pytest.approx(48.0)  # all 2 x 8 x 3 units, one device's worth at a time
+
+
+def test_cell_calls_and_a_split_backward_cost_what_is_measured():
+  terms = step_time.Terms(concurrency=(1.0,), split_backward=0.2, per_action=0.5)
+  assert step_time.Predict(schedule.MakePlan('1f1b', 2, 1, 'never', 1), (1.0,), (2.0,), terms) == pytest.approx(
+      2 * (1.0 + 2.0) + 4 * 0.5)
+  # Zero bubble: a forward, and a backward split into two actions of 1.2 each.
+  assert step_time.Predict(schedule.MakePlan('zero_bubble', 1, 1, 'never', 1), (1.0,), (2.0,),
+                           terms) == pytest.approx(1.0 + 2.4 + 3 * 0.5)
+
+
+def test_the_terms_are_measured_here_with_the_models_own_layer():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
+  import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
+  layers, built = util.Tanh(3, 128), {}
+  times = layer_times.Measure(layers, [64, 128], 64, repeats=1, built=built)
+  unit = layer_times.HeaviestLayer(layers, [64, 128], times, built=built)
+  devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
+  terms = step_time.Measure(unit, devices)
+  assert len(terms.concurrency) == len(devices) and terms.concurrency[0] == pytest.approx(1.0)
+  assert all(0 < c <= 2 * len(devices) for c in terms.concurrency)
+  assert 0 <= terms.split_backward < 5 and 0 <= terms.per_action < 1
+  assert 'a cell call' in step_time.Describe(terms)
