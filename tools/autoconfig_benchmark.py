@@ -113,8 +113,9 @@ def _Row(name, workload, dtype, args, out, timed=None, notes=None):
   grid_s = time.perf_counter() - start
   errors = sorted(abs(v[0].step_seconds / v[1] - 1) for v in grid.values())
   if notes is not None:
-    notes.append('%s, %s: measured here: %s; predicted step times off by %.0f%% (median), %.0f%% (90th '
-                 'percentile) over the %d timed.' % (name, dtype, step_time.Describe(predicted.terms),
+    notes.append('%s: measured here: %s; predicted step times off by %.0f%% (median), %.0f%% (90th '
+                 'percentile) over the %d timed.' % (name if dtype in name else '%s, %s' % (name, dtype),
+                                                     step_time.Describe(predicted.terms),
                                                      100 * errors[len(errors) // 2],
                                                      100 * errors[int(0.9 * (len(errors) - 1))], len(errors)))
   if timed is not None:

@@ -71,10 +71,11 @@ def Commit():
 
 
 def Command(argv=None):
-  """The command line that regenerates a block: the tool and its flags, without --write_docs and --out."""
+  """The command line that regenerates a block: the tool and its flags, without those that say only where output
+  goes (--write_docs, --out, --json)."""
   argv = list(sys.argv if argv is None else argv)
   tool = os.path.relpath(os.path.abspath(argv[0]), ROOT)
-  flags = [a for a in argv[1:] if not a.startswith(('--write_docs', '--out'))]
+  flags = [a for a in argv[1:] if not a.startswith(('--write_docs', '--out', '--json'))]
   return ' '.join(['python', tool] + flags)
 
 
