@@ -129,6 +129,7 @@ def test_drop_path_drops_whole_examples_on_a_schedule_and_redraws_them_alike():
     assert not np.array_equal(layer.FProp(x).numpy(), first)  # A new step, new examples.
 
 
+@pytest.mark.slow
 def test_drop_path_and_dense_dropout_are_transparent_under_gpipe_with_recomputation():
   """AmoebaNet-B with drop-path (mid burn-in), the auxiliary head and dense dropout: K=2 re-computing cells give
   the loss and gradients of one cell storing its activations, at the same M (the masks depend on the micro-batch,
@@ -149,6 +150,7 @@ def test_drop_path_and_dense_dropout_are_transparent_under_gpipe_with_recomputat
 
 
 @pytest.mark.parametrize('k,m', [(1, 1), (2, 4), (4, 1), (4, 4)])  # (1, 4), (2, 1): in (4, 4), (4, 1).
+@pytest.mark.slow
 def test_amoebanet_under_gpipe_matches_the_plain_network(k, m):
   # Batch norm on moving statistics, so micro-batches are normalized like the whole batch.
   layers, _ = amoebanet.AmoebaNetLayers(3, 8, batch_norm.BatchNormLayer.Params().Set(
@@ -158,6 +160,7 @@ def test_amoebanet_under_gpipe_matches_the_plain_network(k, m):
   util.AssertClose(util.LossAndGrads(plain, images), util.LossAndGrads(pipe, images))
 
 
+@pytest.mark.slow
 def test_amoebanet_in_bfloat16_under_gpipe_matches_the_plain_bfloat16_network():
   import test_mixed_precision as mixed  # pylint: disable=g-import-not-at-top
   layers, dim = amoebanet.AmoebaNetLayers(3, 8, batch_norm.BatchNormLayer.Params().Set(
@@ -185,6 +188,7 @@ def test_resnet_layers_and_errors():
     cell.FProp(NestedMap(x=tf.zeros([1, 4, 4, 3]), prev=tf.zeros([1, 4, 4, 8])))
 
 
+@pytest.mark.slow
 def test_amoebanet_with_batch_statistics_is_exactly_transparent_in_float64_for_one_micro_batch():
   # With one micro-batch, batch-mode batch norm sees the whole batch, so plain and pipelined compute the same
   # function; float64 shows it is exact (float32 differs by ~2e-5 of the largest gradient: cancellation in batch

@@ -73,6 +73,7 @@ def test_fixed_fields_stay_fixed():
 
 
 @pytest.mark.parametrize('schedule', sorted(schedule_lib.SCHEDULES))
+@pytest.mark.slow
 def test_what_is_chosen_trains_as_the_plain_model(schedule):
   """Each schedule's choice, with no budget and with the tightest, gives the plain model's loss and gradients."""
   layers = util.Tanh(6, dim=_DIM)
@@ -91,6 +92,7 @@ def _Recorded(logdir, key):
     return dict(line.split(' : ', 1) for line in f.read().splitlines() if ' : ' in line)[key]
 
 
+@pytest.mark.slow
 def test_the_trainer_chooses_says_so_records_the_choice_and_a_resume_reuses_it(capsys, tmp_path):
   logdir = str(tmp_path / 'run')
   common = ['--model=' + _MODEL, '--logdir=' + logdir, '--pipeline=auto', '--pipeline_devices=2']
@@ -122,6 +124,7 @@ def test_a_model_without_a_pipeline_is_refused(capsys, tmp_path):
   assert code == 1 and 'has no PipeliningLayer to configure' in err
 
 
+@pytest.mark.slow
 def test_a_keras_pipeline_chooses_when_made_shows_it_in_summary_and_saves_the_choice():
   import keras  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top

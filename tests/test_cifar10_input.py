@@ -56,6 +56,7 @@ def _WriteReleases(tmp_path, images, labels):
   return str(py_dir), str(bin_dir)
 
 
+@pytest.mark.slow
 def test_python_binary_and_tfrecord_formats_read_the_same_pixels(sample, tmp_path):
   py_dir, bin_dir = _WriteReleases(tmp_path, *sample)
   reference = _All(_Params(split='test'))

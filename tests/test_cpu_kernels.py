@@ -44,16 +44,19 @@ def test_importing_lingpipe_changes_nothing_and_loads_no_tensorflow():
 
 
 @pytest.mark.skipif(platform.machine() not in ('x86_64', 'AMD64'), reason='oneDNN ships in the x86 wheels.')
+@pytest.mark.slow
 def test_prefer_onednn_turns_it_on_where_the_user_did_not_choose():
   value, enabled, described = _Run(_PREFER)
   assert (value, enabled, described) == ('1', 'True', 'oneDNN on')
 
 
+@pytest.mark.slow
 def test_the_users_choice_is_kept():
   value, enabled, described = _Run(_PREFER, onednn_env='0')
   assert (value, enabled, described) == ('0', 'False', 'oneDNN off (TF_ENABLE_ONEDNN_OPTS=0)')
 
 
+@pytest.mark.slow
 def test_tensorflow_imported_first_keeps_its_own_choice_and_the_report_says_so():
   # Where TensorFlow turns oneDNN on by itself (CPUs with AVX512-VNNI), it is on either way.
   value, enabled, described = _Run('import tensorflow\n' + _PREFER)

@@ -66,6 +66,7 @@ def test_replicas_give_the_update_of_one_replica_on_the_whole_batch(num_replicas
 
 @pytest.mark.parametrize('num_replicas,num_splits,num_micro_batches,override', [
     (2, 2, 4, ''), (4, 1, 2, ''), (2, 2, 4, 'task.network.schedule="1f1b"')])
+@pytest.mark.slow
 def test_mirrored_replicas_each_get_the_gradients_of_one_replica_on_the_whole_batch(
     num_replicas, num_splits, num_micro_batches, override):
   """Each replica reads its own copies (on its own devices) and gets the all-reduced sum for them."""
@@ -96,6 +97,7 @@ def _TrainLoop(logdir, num_replicas, exchange='all_reduce', max_steps=4):
   return loop
 
 
+@pytest.mark.slow
 def test_mirrored_weights_train_as_one_replica_stay_equal_are_saved_once_and_resume(tmp_path):
   """Adam (its slots mirrored too) and clipping, through the trainer: R=2 x K=2 ends where one replica does, the
   copies equal replica 0's after every run, checkpoints hold one copy, and a resumed run syncs the copies (and
@@ -115,6 +117,7 @@ def test_mirrored_weights_train_as_one_replica_stay_equal_are_saved_once_and_res
       np.testing.assert_allclose(v.numpy(), v_one.numpy(), rtol=1e-5, atol=1e-6, err_msg=v.name)
 
 
+@pytest.mark.slow
 def test_bfloat16_replicas_give_the_update_of_one_replica_and_scale_the_loss_alike():
   """Replicas of a bfloat16 pipeline (hand-offs, and the replicas' gradients summed, in float32) against one
   replica, also with a loss scale (replicas.ComputeGradients scales each replica's loss)."""
@@ -139,6 +142,7 @@ def test_replicas_under_the_loss_inside_schedules_give_the_plain_update(override
   _AssertSameUpdate(_Gradients(one, batch, one_mesh), _Gradients(many, batch, many_mesh))
 
 
+@pytest.mark.slow
 def test_replica_r_runs_on_its_own_row_of_the_mesh():
   task, batch, mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 2, 2, 2)
   assert mesh.devices == [['/device:CPU:0', '/device:CPU:1'], ['/device:CPU:2', '/device:CPU:3']]

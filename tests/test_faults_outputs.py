@@ -43,6 +43,7 @@ def _DeadPid():
   return child.pid
 
 
+@pytest.mark.slow
 def test_export_refuses_every_folder_that_is_not_empty_or_an_export_of_the_same_model(capsys, tmp_path):
   logdir = str(tmp_path / 'run')
   code, _, err = util.RunTrainer(capsys, MLP, '--logdir=' + logdir, '--max_steps=2')

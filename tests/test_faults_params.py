@@ -55,6 +55,7 @@ def test_a_bad_override_is_one_line_before_anything_is_written(capsys, tmp_path,
   assert not os.path.exists(logdir)
 
 
+@pytest.mark.slow
 def test_an_apostrophe_inside_a_value_is_a_letter_and_the_statements_after_it_apply(capsys, tmp_path):
   logdir = str(tmp_path / 'run')
   _Train(capsys, logdir, 2, "input.name=bob's;input.batch_size=8;task.train.learning_rate=0.5")
@@ -131,6 +132,7 @@ def test_params_txt_changes_only_with_a_complete_checkpoint_of_the_new_params(ca
   assert not os.path.exists(os.path.join(logdir, checkpointer.PENDING_PARAMS_FILE))
 
 
+@pytest.mark.slow
 def test_params_of_a_run_stopped_between_its_save_and_params_txt_are_recorded_by_the_next(capsys, tmp_path,
                                                                                           monkeypatch):
   logdir = str(tmp_path / 'run')

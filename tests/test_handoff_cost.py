@@ -14,6 +14,7 @@ TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason='the tool pins one worker to each of two cores')
+@pytest.mark.slow
 def test_a_copy_across_processes_costs_the_receiver_cpu(tmp_path):
   out = tmp_path / 'handoff.json'
   run = subprocess.run([sys.executable, TOOL, '--mib=4', '--steps=5', '--out=%s' % out], capture_output=True,

@@ -41,6 +41,7 @@ def _Examples(data_dir, **kwargs):
   return np.concatenate([b['image'].numpy() for b in batches]), np.concatenate([b['label'].numpy() for b in batches])
 
 
+@pytest.mark.slow
 def test_folders_and_tfrecords_give_the_same_examples(sample):
   tree, records = sample
   assert sorted(os.listdir(records)) == ['PREPARED_BY_LINGPIPE'] + [
@@ -57,6 +58,7 @@ def test_folders_and_tfrecords_give_the_same_examples(sample):
   np.testing.assert_allclose(record_images[b], images[a])
 
 
+@pytest.mark.slow
 def test_training_crops_jitter_area_and_aspect_and_are_reproducible(sample):
   tree, _ = sample
   p = imagenet_input.ImagenetInput.Params().Set(data_dir=tree, image_size=64, batch_size=8, shuffle=False)
@@ -68,6 +70,7 @@ def test_training_crops_jitter_area_and_aspect_and_are_reproducible(sample):
   assert not np.allclose(first, center)
 
 
+@pytest.mark.slow
 def test_mistakes_are_one_line(sample, tmp_path):
   tree, records = sample
   with pytest.raises(errors.ConfigError, match='input.data_dir is not set'):

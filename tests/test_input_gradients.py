@@ -54,6 +54,7 @@ def _Run(layer, inputs, targets, watch, with_loss):
     ('gpipe', 'always'), ('gpipe', 'never'), ('gpipe', 'except_last'), ('1f1b', 'always'), ('1f1b', 'never'),
     ('zero_bubble', 'never'), ('zero_bubble', 'always')])
 @pytest.mark.parametrize('watch', [(), ('x',), ('x', 'skip')])
+@pytest.mark.slow
 def test_only_watched_inputs_get_gradients_and_the_rest_match_the_plain_model(schedule, remat_policy, watch,
                                                                               monkeypatch):
   layers = [util.SkipProjection.Params().Set(dim=4) for _ in range(4)]

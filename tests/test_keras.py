@@ -72,6 +72,7 @@ def test_a_pipelined_sequential_has_the_plain_models_loss_and_gradients(k, m, re
 
 
 @pytest.mark.parametrize('k,m,remat', [(2, 4, 'always'), (3, 2, 'never'), (4, 6, 'except_last'), (1, 12, 'always')])
+@pytest.mark.slow
 def test_a_functional_model_is_cut_where_it_narrows_and_stays_transparent(k, m, remat):
   plain = _Transformer(seed=3)
   narrow = lk.NarrowPoints(plain)
@@ -136,6 +137,7 @@ def test_each_cells_variables_live_on_its_device_and_the_given_model_is_left_alo
     np.testing.assert_array_equal(b, w)
 
 
+@pytest.mark.slow
 def test_fit_gives_the_weights_plain_fit_gives():
   x, y = _Data(rows=40)  # Batches of 16, 16 and 8 rows: Keras traces the last with the batch size left open.
   plain = _Mlp(seed=7)
@@ -171,6 +173,7 @@ def _Fit(model, x, y, epochs=1):
                                                   ('interleaved_1f1b', 2, 3, 'never', 2),
                                                   ('zero_bubble', 2, 4, 'always', 1),
                                                   ('zero_bubble', 3, 6, 'never', 1)])
+@pytest.mark.slow
 def test_fit_with_the_loss_inside_the_pipeline_gives_plain_fits_weights_loss_and_metrics(schedule, k, m, remat, v):
   x, y = _Data(rows=72)  # 3 steps of 24 rows.
   plain = _RegularizedMlp(seed=k + m)
@@ -184,6 +187,7 @@ def test_fit_with_the_loss_inside_the_pipeline_gives_plain_fits_weights_loss_and
     np.testing.assert_allclose(w_pipelined, w_plain, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_batch_norm_and_dropout_train_alike_under_every_schedule():
   x, y = _Data(rows=48)
   extra = lambda: [keras.layers.BatchNormalization(), keras.layers.Dropout(0.3, seed=3)]
@@ -218,6 +222,7 @@ def test_batch_norm_normalizes_each_micro_batch_and_moves_its_averages_by_the_wh
   np.testing.assert_allclose(bn.moving_variance.numpy(), plain_bn.moving_variance.numpy(), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_dropout_masks_are_redrawn_exactly_by_the_recomputation_and_anew_each_step():
   x, y = _Data()
   plain = _Mlp(seed=5, dropout=0.5)
@@ -239,6 +244,7 @@ def test_fit_with_dropout_and_a_smaller_last_batch():
   assert np.all(np.isfinite(history.history['loss']))
 
 
+@pytest.mark.slow
 def test_save_load_model_and_export_keep_the_weights_the_optimizer_and_the_dropout_step(tmp_path):
   x, y = _Data(rows=32)
   keras.utils.set_random_seed(8)
@@ -300,6 +306,7 @@ class _StopAfterEpoch(keras.callbacks.Callback):
       raise KeyboardInterrupt('stopped after epoch %d' % epoch)
 
 
+@pytest.mark.slow
 def test_backup_and_restore_resumes_an_interrupted_fit_where_it_stopped(tmp_path):
   """A Pipeline of a built model is built, as Keras's BackupAndRestore requires before fit."""
   x, y = _Data(rows=32)
@@ -388,6 +395,7 @@ def test_summary_shows_each_cells_device_and_layers():
 
 
 @pytest.mark.parametrize('schedule', ['gpipe', '1f1b'])
+@pytest.mark.slow
 def test_replicas_fit_the_weights_plain_fit_gives(schedule):
   """R=2 replicas of a K=2 pipeline, each fed half of every batch: fit equals the plain model on the whole batch."""
   x, y = _Data(rows=32)

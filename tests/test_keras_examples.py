@@ -40,6 +40,7 @@ def float64():
     keras.config.set_dtype_policy(policy)
 
 
+@pytest.mark.slow
 def test_resnet50_in_four_cells_by_flops_equals_plain_resnet50_on_each_micro_batch(float64):
   keras.utils.set_random_seed(0)
   plain = models.ResNet50()
@@ -60,6 +61,7 @@ def test_resnet50_in_four_cells_by_flops_equals_plain_resnet50_on_each_micro_bat
 
 
 @pytest.mark.parametrize('schedule,remat', [('gpipe', 'never'), ('1f1b', 'always')])
+@pytest.mark.slow
 def test_the_transformer_classifier_fits_language_ids_as_the_plain_model_does(schedule, remat):
   x, y = data.LanguageId('train', seq_len=16)
   x, y = x[:96], y[:96]
@@ -110,6 +112,7 @@ def test_a_keras_builder_in_params_is_built_with_the_pipeline_and_runs_the_build
     lk.PipelineParams(models.Mlp)
 
 
+@pytest.mark.slow
 def test_the_trainer_trains_resumes_evaluates_and_exports_a_keras_builders_model(capsys, tmp_path):
   logdir = str(tmp_path / 'run')
   model = '--model=synthetic.KerasMlpGPipe'

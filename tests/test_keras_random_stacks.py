@@ -75,6 +75,7 @@ _MIXED_SEEDS = (29, 34)  # Under mixed_bfloat16: gpipe and zero bubble (the loss
 
 @pytest.mark.parametrize('seed,policy', [(s, 'float32') for s in _SEEDS] + [
     (s, 'mixed_bfloat16') for s in _MIXED_SEEDS])
+@pytest.mark.slow
 def test_a_random_stack_equals_the_plain_model_on_each_micro_batch(seed, policy):
   """Under mixed_bfloat16 too: the cells compute, and hand on, bfloat16 as Keras's own calls would."""
   case = _Case(seed)

@@ -40,6 +40,7 @@ def test_auto_scales_float16_only():
   assert wanted == {'float32': False, 'bfloat16': False, 'float16': True}
 
 
+@pytest.mark.slow
 def test_float16_skips_and_counts_overflowing_steps_keeps_the_scale_and_stops_when_it_cannot_recover(
     capsys, tmp_path):
   logdir = str(tmp_path / 'f16')

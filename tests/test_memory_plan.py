@@ -86,6 +86,7 @@ def test_recommend_picks_the_fastest_that_fits():
 
 
 @pytest.mark.parametrize('remat', ['always', 'except_last', 'never'])
+@pytest.mark.slow
 def test_prediction_bounds_the_measured_peak_closely(remat):
   """One process: every logical device uses one allocator and the weights exist before the step, so the step's
   measured peak compares with the devices' predicted gradients, stash and working sets summed (StepBytes). The
@@ -124,6 +125,7 @@ def test_prediction_bounds_the_measured_peak_closely(remat):
 
 @pytest.mark.parametrize('schedule,remat', [('gpipe', 'never'), ('1f1b', 'never'), ('zero_bubble', 'always'),
                                             ('interleaved_1f1b', 'always')])
+@pytest.mark.slow
 def test_a_transformer_is_planned_with_what_its_layers_keep_inside(schedule, remat):
   """Most of a Transformer's stash is inside its layers (attention probabilities, hidden units): planned from
   the layer outputs alone, this peak was predicted at 0.12 of the measured. A split backward's re-computed
@@ -231,6 +233,7 @@ def test_inspect_prints_the_prediction_for_the_pipelines_own_k_and_m():
   assert not [line for line in out.getvalue().splitlines() if line.endswith(('fits', ' yes', ' no'))]
 
 
+@pytest.mark.slow
 def test_the_planner_finds_the_papers_largest_transformers(capsys):
   """GPipe paper, 16 GiB TPUs: 785.8M parameters on one with re-materialization, 83.9B on 128, planned in the
   compute dtype the registered paper models declare (bfloat16); benchmarks/gpipe_paper/plan_gpipe_paper.py states
@@ -269,6 +272,7 @@ def test_a_fusing_compiler_keeps_the_inputs_of_the_products_only():
   assert mlp.fused_internal == 0
 
 
+@pytest.mark.slow
 def test_batch_norm_layers_are_traced_and_a_handed_on_state_counted_once():
   """Batch norm hands its moments to the pipeline rather than assigning its averages, so a layer with it is traced
   like any other (it used to be planned from its outputs alone); an AmoebaNet cell hands its input on as the next

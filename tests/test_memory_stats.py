@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from lingpipe.core import memory_stats
 
 _PRELUDE = textwrap.dedent('''
@@ -27,6 +29,7 @@ def _Python(code):
                         env=env, timeout=120)
 
 
+@pytest.mark.slow
 def test_configured_devices_measure_memory_in_a_fresh_process():
   result = _Python('''
       from lingpipe.core import memory_stats
@@ -42,6 +45,7 @@ def test_configured_devices_measure_memory_in_a_fresh_process():
   assert 'counts [2, 2]' in result.stdout
 
 
+@pytest.mark.slow
 def test_balance_memory_after_tensorflow_started_is_a_one_line_error():
   result = _Python('''
       print(float(tf.reduce_sum(tf.ones([2]))))  # The runtime starts before anyone asked for statistics.

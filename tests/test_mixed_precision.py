@@ -90,6 +90,7 @@ def _RandomCases(n, seed=9):
 
 
 @pytest.mark.parametrize('name,k,m,remat,v', _RandomCases(6))
+@pytest.mark.slow
 def test_bfloat16_pipeline_matches_the_plain_bfloat16_model(name, k, m, remat, v):
   rng = np.random.RandomState(k * 10 + m)
   x = tf.constant(rng.normal(size=(8 * m, 8)), tf.float32)
@@ -115,6 +116,7 @@ def test_the_random_cases_cover_every_schedule_and_policy():
 
 
 @pytest.mark.parametrize('remat', ['always', 'never'])  # except_last: in the random cases above.
+@pytest.mark.slow
 def test_bfloat16_transformer_pipeline_with_nested_map_fields(remat):
   block = transformer.TransformerLayer.Params().Set(model_dim=8, hidden_dim=16, num_heads=2)
   plain, pipe = util.Pair([block.Copy() for _ in range(4)], fprop_dtype=tf.bfloat16, num_splits=2,
@@ -135,6 +137,7 @@ def test_float32_is_unchanged_by_fprop_dtype_none():
   util.AssertClose(Step(plain, x, targets, False), Step(pipe, x, targets, False))
 
 
+@pytest.mark.slow
 def test_activations_and_hand_offs_are_bfloat16_and_master_weights_float32():
   _, pipe = util.Pair(_Dense(), fprop_dtype='bfloat16', num_splits=2, num_micro_batches=4, remat='never')
   assert pipe.fprop_dtype == tf.bfloat16 and all(u.fprop_dtype == tf.bfloat16 for u in pipe.units)
@@ -191,6 +194,7 @@ def _Mlp(n, dim):
   return [linear.ProjectionLayer.Params().Set(input_dim=dim, output_dim=dim, activation='tanh') for _ in range(n)]
 
 
+@pytest.mark.slow
 def test_bfloat16_halves_the_stash_and_the_planner_predicts_it():
   """One step, K=2, M=8, remat never, measured by the allocator: the stash and hand-offs are bfloat16 (the step's
   peak falls to about 0.6 of float32's: the float32 gradient sums and the weights' bfloat16 copies stay), and the
@@ -233,6 +237,7 @@ def test_bfloat16_halves_the_stash_and_the_planner_predicts_it():
   assert measured[tf.bfloat16] - 1.5 * weights <= 0.55 * (measured[tf.float32] - weights), measured
 
 
+@pytest.mark.slow
 def test_a_bfloat16_run_trains_evaluates_inspects_and_exports_float32_signatures(capsys, tmp_path):
   import trainer_test_util  # pylint: disable=g-import-not-at-top
   logdir = str(tmp_path / 'bf16')

@@ -13,6 +13,11 @@ from lingpipe.core import model_registry
 from lingpipe.distributed import cluster
 import pipeline_test_util as util
 
+# Stepped in the full tier only: over 3 s a step on a 2-core machine (AmoebaNet-D about a minute).
+_FULL_TIER_ONLY = ('image.cifar10.AmoebaNetD', 'image.cifar10.ResNet', 'mt.multilingual.TransformerGPipe',
+                   'synthetic.TransformerStackGPipe')
+
+
 def _Cases():
   """One case per model; a model class may set ONE_STEP_TEST = 'slow' (marked slow) or 'skip' (too big to step on
   a CI machine; its size is checked without building it, e.g. in test_amoebanet.py; ONE_STEP_SKIP_REASON says
@@ -20,6 +25,8 @@ def _Cases():
   cases = []
   for name, cls in sorted(model_registry.GetAllRegisteredModels().items()):
     kind = getattr(cls, 'ONE_STEP_TEST', 'fast')
+    if kind == 'fast' and name in _FULL_TIER_ONLY:
+      kind = 'slow'
     marks = {'slow': [pytest.mark.slow],
              'skip': [pytest.mark.skip(reason=getattr(cls, 'ONE_STEP_SKIP_REASON', None) or
                                        '%s is too big for one step on a CI machine' % name)]}.get(kind, [])
@@ -39,6 +46,7 @@ def _Bfloat16Cases():
 
 
 @pytest.mark.parametrize('name', _Bfloat16Cases())
+@pytest.mark.slow
 def test_model_trains_one_step_in_bfloat16_by_override(name):
   """--model_params_override="task.fprop_dtype='bfloat16'" works for every registered model: its layers compute
   in bfloat16 on float32 master weights."""

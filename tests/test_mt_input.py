@@ -29,6 +29,7 @@ def _Input(**kwargs):
   return p.Set(**kwargs).Instantiate()
 
 
+@pytest.mark.slow
 def test_graph_tokenizer_segments_exactly_as_sentencepiece():
   vocab = vocab_lib.Vocabulary(SPM)
   lines = []
@@ -89,6 +90,7 @@ def test_temperature_sampling_probabilities():
     input_generator.MixingProbabilities(sizes, 0.0)
 
 
+@pytest.mark.slow
 def test_batches_mix_pairs_by_temperature_and_are_bucketed_and_deterministic():
   inp = _Input(temperature=float('inf'))
   counts = collections.Counter()

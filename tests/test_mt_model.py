@@ -51,6 +51,7 @@ def _LossAndGrads(task, batch, step=3):
 
 
 @pytest.mark.parametrize('k,m', list(itertools.product([1, 2, 4], [1, 4])))
+@pytest.mark.slow
 def test_pipelined_transformer_matches_the_plain_one_on_padded_batches(k, m):
   batch = _Batch()
   plain, pipe = _Task(), _Task(num_splits=k, num_micro_batches=m, remat='always')
@@ -58,6 +59,7 @@ def test_pipelined_transformer_matches_the_plain_one_on_padded_batches(k, m):
   util.AssertClose(_LossAndGrads(plain, batch), _LossAndGrads(pipe, batch))
 
 
+@pytest.mark.slow
 def test_dropout_masks_are_redrawn_identically_by_the_recompute():
   batch = _Batch()
   stored = _Task(num_splits=2, num_micro_batches=4, remat='never', dropout_prob=0.3)

@@ -60,6 +60,7 @@ def _AssertSameVariables(a, b, atol):
     np.testing.assert_allclose(a[name], b[name], rtol=0, atol=atol, err_msg=name)
 
 
+@pytest.mark.slow
 def test_training_across_processes_equals_the_local_run(workers, tmp_path):
   _LocalRun(tmp_path / 'local', 3)
   local = [_Variables(tmp_path / 'local', s) for s in (1, 3)]
@@ -88,6 +89,7 @@ def test_training_across_processes_equals_the_local_run(workers, tmp_path):
           'split 1 -> /job:worker/replica:0/task:1/device:CPU:1') in inspect.stdout
 
 
+@pytest.mark.slow
 def test_workers_of_another_cluster_and_missing_workers_are_refused(workers, tmp_path):
   addresses = workers.spec['worker']
   swapped = _Trainer(json.dumps({'worker': addresses[::-1]}), tmp_path / 'a', '--max_steps=1')
@@ -106,6 +108,7 @@ def test_workers_of_another_cluster_and_missing_workers_are_refused(workers, tmp
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which('unshare'), reason='needs root and unshare for a mount '
                     'namespace')
+@pytest.mark.slow
 def test_a_worker_that_does_not_see_the_logdir_is_refused_before_step_0(tmp_path):
   hidden = tmp_path / 'shared'
   hidden.mkdir()
@@ -184,6 +187,7 @@ def test_a_worker_that_dies_or_hangs_stops_the_trainer_with_its_name_and_a_rerun
     assert 'ckpt-%d' % (last + 5) in out.stdout
 
 
+@pytest.mark.slow
 def test_worker_exits_cleanly_on_sigterm_and_rejects_bad_flags(tmp_path):
   w = local_cluster.LocalCluster(1)
   process = w.StartWorker(0)
@@ -197,6 +201,7 @@ def test_worker_exits_cleanly_on_sigterm_and_rejects_bad_flags(tmp_path):
   del process
 
 
+@pytest.mark.slow
 def test_a_worker_that_died_keeps_its_log_directory(capsys):
   w = local_cluster.LocalCluster(1)
   w.StartWorker(0).kill()
@@ -208,6 +213,7 @@ def test_a_worker_that_died_keeps_its_log_directory(capsys):
   shutil.rmtree(w.log_dir)
 
 
+@pytest.mark.slow
 def test_a_connecting_process_asks_for_two_inter_op_threads_and_warns_once_too_late():
   # The workers run a connected process's steps with its inter-op setting; pinned to one core, TensorFlow's default
   # would be one thread (remote.RequestInterOpThreads). A fresh process: the setting is fixed once TF has started.
@@ -256,6 +262,7 @@ class _FrozenWorkerMesh:
     return '%s: %s%s' % (what, problems[0][2], resume_hint)
 
 
+@pytest.mark.slow
 def test_the_watchdog_names_a_frozen_worker_within_the_timeout(monkeypatch, capsys):
   exited = []
   monkeypatch.setattr(os, '_exit', lambda code: exited.append((code, time.time())))

@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from lingpipe import native_log
 
 # Records as TensorFlow 2.21 and gRPC wrote them here (a dead worker, start-up), with their continuation lines.
@@ -51,6 +53,7 @@ _NATIVE_LINES = '''
     '''
 
 
+@pytest.mark.slow
 def test_the_filter_keeps_native_records_off_the_terminal_and_our_line_last():
   plain = _Run(_NATIVE_LINES, 'plain')
   assert 'native warning' in plain.stderr and 'native error' in plain.stderr  # The control: they do print.
@@ -84,6 +87,7 @@ def _Binary(name):
       'train', 'trainer')]
 
 
+@pytest.mark.slow
 def test_help_shows_the_docstring_and_our_flags():
   for name, flag in (('lingpipe-train', '--model_params_override'), ('lingpipe-worker', '--cpu_devices')):
     result = subprocess.run(_Binary(name) + ['--help'], capture_output=True, text=True, timeout=120)
@@ -91,6 +95,7 @@ def test_help_shows_the_docstring_and_our_flags():
     assert flag in result.stdout and '--[no]verbose' in result.stdout
 
 
+@pytest.mark.slow
 def test_a_user_error_is_the_only_line():
   result = subprocess.run(_Binary('lingpipe-train') + ['--model=synthetic.Mlpp', '--logdir=/nonexistent/x'],
                           capture_output=True, text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='1'))
@@ -100,6 +105,7 @@ def test_a_user_error_is_the_only_line():
   assert result.stderr.count('\n') == 1, result.stderr
 
 
+@pytest.mark.slow
 def test_a_reader_that_goes_away_stops_the_binary_quietly():
   process = subprocess.Popen(_Binary('lingpipe-train') + ['--mode=list'], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)

@@ -140,6 +140,7 @@ _INTERLEAVED = 'schedule=interleaved_1f1b;task.network.virtual_stages=2'
     # AmoebaNet-D takes 20-25 s a case under the other two; batch norm under them is covered by ResNet here and by
     # test_zero_bubble.py and test_keras.py, and AmoebaNet's cells by its 1f1b case.
     if 'AmoebaNet' not in name or override == 'schedule=1f1b'])
+@pytest.mark.slow
 def test_registered_models_train_a_step_with_the_loss_inside(name, override):
   from lingpipe import trainer  # pylint: disable=g-import-not-at-top
   p = trainer.BuildModelParams(name, override='task.network.%s;task.network.num_micro_batches=2' % override)
@@ -157,6 +158,7 @@ def test_the_registered_pipelined_models_are_all_covered():
 
 
 @pytest.mark.parametrize('schedule_name,v', [('1f1b', 1), ('interleaved_1f1b', 2), ('zero_bubble', 1)])
+@pytest.mark.slow
 def test_the_measured_timeline_follows_the_plan(schedule_name, v):
   from lingpipe.gpipe import timeline  # pylint: disable=g-import-not-at-top
   num_micro, num_devices = 4, 2

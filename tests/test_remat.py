@@ -67,6 +67,7 @@ def _PeakBytes(policy, num_splits=2, num_micro_batches=8, layers=32, dim=256, ba
   return memory_stats.PeakBytes(lambda: Step(x), 'CPU:0')
 
 
+@pytest.mark.slow
 def test_remat_always_lowers_peak_memory_at_least_2x_on_a_32_layer_stack():
   never, always = _PeakBytes('never'), _PeakBytes('always')
   # The stored activations alone: 32 layers x 2048 rows x 256 floats (64 MiB), so a zero reading is a broken meter.

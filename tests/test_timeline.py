@@ -91,6 +91,7 @@ def test_collecting_without_a_pipeline_is_a_clear_error():
     timeline.Recorder().Collect()
 
 
+@pytest.mark.slow
 def test_the_timeline_tool_writes_the_chart_and_the_trace(tmp_path):
   result = pipeline_timeline.main(['--workload=dense', '--layers=3', '--width=32', '--batch=32', '--warmup=1',
                                    '--steps=2', '--num_micro_batches=4', '--out_dir=%s' % tmp_path])

@@ -164,6 +164,7 @@ def test_corrupt_newest_checkpoint_advice_works_and_training_falls_back(capsys, 
   assert checkpointer.LatestCheckpoint(train_dir) == os.path.join(train_dir, 'ckpt-6')
 
 
+@pytest.mark.slow
 def test_a_lone_corrupt_checkpoint_is_kept_and_training_does_not_start_over(capsys, tmp_path):
   logdir = str(tmp_path / 'run')
   train_dir = os.path.join(logdir, 'train')

@@ -106,6 +106,7 @@ def test_zero_bubble_matches_the_plain_model(k, m, remat):
 
 
 @pytest.mark.parametrize('remat', ['always', 'never'])
+@pytest.mark.slow
 def test_batch_norm_and_dropout_train_as_under_one_f_one_b(remat):
   """The same moments and masks as 1F1B (which test_one_f_one_b.py checks against the plain model)."""
   layers = [linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=8, activation='tanh'),  # Else its bias

@@ -12,9 +12,15 @@ runners/speed_terms.py):
   per_action       seconds a cell's forward or backward costs beyond its layers' times
 """
 
+import threading
 import time
 from typing import NamedTuple, Sequence, Tuple
 
+import tensorflow as tf
+
+from lingpipe.core import base_layer
+from lingpipe.core import context
+from lingpipe.core import weight_init
 from lingpipe.gpipe import plan as plan_lib
 
 
@@ -83,7 +89,6 @@ def _Best(run, repeats=5):
 def MeasureConcurrency(run, devices, repeats=3):
   """[K-1]: the throughput of the first K of `devices` (names) each calling run(device) at once, from its own
   thread as the pipeline's executor does, in one device's."""
-  import threading  # pylint: disable=g-import-not-at-top
 
   def Together(count):
     threads = [threading.Thread(target=run, args=(d,)) for d in devices[:count]]
@@ -96,17 +101,35 @@ def MeasureConcurrency(run, devices, repeats=3):
   return (1.0,) + tuple(k * one / _Best(lambda k=k: Together(k), repeats) for k in range(2, len(devices) + 1))
 
 
+class _Dense(base_layer.BaseLayer):
+  """relu(x W): the layer the call terms are measured with (gpipe builds on core alone, not on lingpipe/layers)."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('dim', 0, 'Depth of the input and output.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateVariable('w', weight_init.WeightParams([params.dim, params.dim]))
+
+  def FProp(self, inputs):
+    return tf.nn.relu(tf.matmul(self.ToFProp(inputs), self.theta.w))
+
+  @classmethod
+  def FPropMeta(cls, params, input_shape):
+    input_shape = tf.TensorShape(input_shape)
+    return base_layer.Meta(input_shape, 2 * input_shape[0] * params.dim * params.dim)
+
+
 def MeasureCallTerms(width=512, layers=4, batch=512):
   """(split_backward, per_action) measured with a real pipeline of a dense stack on one device: zero bubble's
   step over 1F1B's at M=1 less one, and what each extra cell call of 1F1B at M=8 costs beyond the layers' times at
   the micro-batch's size."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.core import context  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  from lingpipe.layers import linear  # pylint: disable=g-import-not-at-top
-  stack = [linear.ProjectionLayer.Params().Set(name='l%d' % i, input_dim=width, output_dim=width,
-                                               activation='relu') for i in range(layers)]
+  stack = [_Dense.Params().Set(name='l%d' % i, dim=width) for i in range(layers)]
   inputs = tf.random.normal([batch, width], seed=2)
 
   def Step(num_micro, schedule):

@@ -18,6 +18,8 @@ import timeline_test_util as ttu
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                                 'tools'))
 
+pytestmark = pytest.mark.slow  # Timing: the full tier only, never the quick loop.
+
 
 def test_a_first_recomputation_runs_while_its_device_waits_for_the_gradient():
   """1F1B, K=2, M=2, remat always: cell 0 runs F0 F1 B0, so its first backward re-computes; that re-computation
