@@ -43,7 +43,8 @@ def _Random(shapes, dtype):
   return tf.random.normal(tf.TensorShape(shapes).as_list(), dtype=dtype)
 
 
-def _Best(run, repeats):
+def Best(run, repeats):
+  """The shortest of `repeats` timed calls of run() (its tensors' values fetched), after one untimed call."""
   run()  # Traces, and warms the kernels.
   best = float('inf')
   for _ in range(repeats):
@@ -84,9 +85,9 @@ class _Timed:
     x = _Random(shapes, dtype)
     # Cheap, and slow the first few times (allocations): timed more often than the layer, so that it is not
     # overstated and taken off the forward.
-    call = _Best(lambda: self.call(x), max(repeats, _CALL_REPEATS))
-    forward = _Best(lambda: self.forward(x), repeats)
-    both = _Best(lambda: self.forward_backward(x), repeats)
+    call = Best(lambda: self.call(x), max(repeats, _CALL_REPEATS))
+    forward = Best(lambda: self.forward(x), repeats)
+    both = Best(lambda: self.forward_backward(x), repeats)
     return max(forward - call, 0.0), max(both - forward, 0.0)
 
 

@@ -13,7 +13,6 @@ runners/speed_terms.py):
 """
 
 import threading
-import time
 from typing import NamedTuple, Sequence, Tuple
 
 import tensorflow as tf
@@ -21,6 +20,7 @@ import tensorflow as tf
 from lingpipe.core import base_layer
 from lingpipe.core import context
 from lingpipe.core import weight_init
+from lingpipe.gpipe import layer_times
 from lingpipe.gpipe import plan as plan_lib
 
 
@@ -76,16 +76,6 @@ def CellTimes(counts: Sequence[int], forward, backward) -> Tuple[Tuple[float, ..
   return tuple(cells_forward), tuple(cells_backward)
 
 
-def _Best(run, repeats=5):
-  run()
-  best = float('inf')
-  for _ in range(repeats):
-    start = time.perf_counter()
-    run()
-    best = min(best, time.perf_counter() - start)
-  return best
-
-
 def MeasureConcurrency(run, devices, repeats=3):
   """[K-1]: the throughput of the first K of `devices` (names) each calling run(device) at once, from its own
   thread as the pipeline's executor does, in one device's."""
@@ -97,8 +87,9 @@ def MeasureConcurrency(run, devices, repeats=3):
     for t in threads:
       t.join()
 
-  one = _Best(lambda: run(devices[0]), repeats)
-  return (1.0,) + tuple(k * one / _Best(lambda k=k: Together(k), repeats) for k in range(2, len(devices) + 1))
+  one = layer_times.Best(lambda: run(devices[0]), repeats)
+  return (1.0,) + tuple(k * one / layer_times.Best(lambda k=k: Together(k), repeats)
+                        for k in range(2, len(devices) + 1))
 
 
 class _Dense(base_layer.BaseLayer):
@@ -127,7 +118,6 @@ def MeasureCallTerms(width=512, layers=4, batch=512):
   """(split_backward, per_action) measured with a real pipeline of a dense stack on one device: zero bubble's
   step over 1F1B's at M=1 less one, and what each extra cell call of 1F1B at M=8 costs beyond the layers' times at
   the micro-batch's size."""
-  from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
   stack = [_Dense.Params().Set(name='l%d' % i, dim=width) for i in range(layers)]
   inputs = tf.random.normal([batch, width], seed=2)
@@ -146,7 +136,7 @@ def MeasureCallTerms(width=512, layers=4, batch=512):
       with tf.GradientTape() as tape, context.Training(True):
         loss, _ = pipe.FPropWithLoss(inputs, inputs, Loss)
       return tape.gradient(loss, pipe.trainable_variables)
-    return _Best(lambda: tf.nest.map_structure(lambda t: t.numpy(), Run()))
+    return layer_times.Best(Run, 5)
 
   one, zero_bubble, eight = Step(1, '1f1b'), Step(1, 'zero_bubble'), Step(8, '1f1b')
   built = {}
