@@ -1,7 +1,8 @@
 """Chooses a pipeline's K, M, remat, schedule and balance: the fastest predicted configuration that fits a budget.
 
-The planner (memory_plan.py) predicts each candidate's peak per device and, from layer times measured at the
-whole batch's and each micro-batch's size (layer_times.py), its step time. Of the candidates whose process peak
+The planner (memory_plan.py) predicts each candidate's peak per device and its step time (step_time.py: the plan
+run with layer times measured at the batch's and the micro-batches' sizes, layer_times.py, and this machine's
+measured costs). Of the candidates whose process peak
 is within the budget less a margin, the fastest is chosen (then the smaller peak). Fields the user set stay
 fixed; only those left to choose vary. runners/pipeline_choice.py applies this to a model's Params.
 """
@@ -10,6 +11,7 @@ from typing import Dict, List, NamedTuple, Optional
 
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
+from lingpipe.gpipe import layer_times
 from lingpipe.gpipe import memory_plan
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe import step_time
@@ -122,17 +124,16 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
   """Every Option the `fixed` fields allow, its step time predicted from the layers timed here at the batch's and
   each micro-batch's size and this machine's step_time.Terms on the first `num_devices` local devices
   (`measure`; else the speed-ups are in flops)."""
-  from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
   times, plain, terms = None, None, None
   if measure:
-    built, measured = {}, {}  # Each distinct layer built and traced once, for every size.
+    built, measured = {}, {}  # Each distinct layer built once, and traced once a size.
     dtype = fprop_dtype or 'float32'
 
     # Measured at the whole batch, the smallest micro-batch and one between; linear between those (each size is
     # traced apart, as a cell is).
-    micro = sorted((fixed or {}).get('num_micro_batches') and [fixed['num_micro_batches']]
-                   or MicroBatchChoices(batch))
+    fixed_micro = (fixed or {}).get('num_micro_batches')
+    micro = [fixed_micro] if fixed_micro else list(MicroBatchChoices(batch))
     anchors = sorted({batch, batch // micro[-1], batch // micro[len(micro) // 2]})
 
     def Times(size):
