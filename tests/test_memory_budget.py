@@ -26,6 +26,23 @@ TOO_BIG = ('task.num_layers=14;task.hidden_dim=2048;task.network.num_splits=1;ta
            'task.train.log_interval_steps=1')
 
 
+def _RemoveCgroup(folder, wait_s=10):
+  """Removes the test's cgroup `folder`, waiting for processes that are leaving it (rmdir is EBUSY until then);
+  fails naming what is still in it."""
+  deadline = time.time() + wait_s
+  while True:
+    try:
+      os.rmdir(folder)
+      return
+    except OSError:
+      if time.time() > deadline:
+        with open(os.path.join(folder, 'cgroup.procs')) as f:
+          left = f.read().split()
+        pytest.fail('Cannot remove the test\'s cgroup %s: processes %s, cgroups %s still in it.' % (
+            folder, left, [n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n))]))
+      time.sleep(0.2)
+
+
 @pytest.fixture
 def own_cgroup():
   """Runs the test in a cgroup of its own (no limit), so that the processes it starts make theirs under it; yields
@@ -49,7 +66,7 @@ def own_cgroup():
     with open(os.path.join(_OWN, 'cgroup.procs'), 'w') as f:
       f.write(str(os.getpid()))
     Left()
-    os.rmdir(folder)
+    _RemoveCgroup(folder)
 
 
 def test_sizes_parse_and_print_and_a_bad_one_is_one_line():
@@ -78,7 +95,7 @@ def test_a_process_in_a_limited_cgroup_takes_its_limit_as_its_budget(tmp_path):
     budget = json.loads(done.stdout)
     assert budget['limit'] == 3 * 2**30 and budget['source'] == 'its cgroup %s' % folder, done.stderr
   finally:
-    os.rmdir(folder)
+    _RemoveCgroup(folder)
 
 
 @needs_cgroup
