@@ -91,6 +91,22 @@ class _Timed:
     return max(forward - call, 0.0), max(both - forward, 0.0)
 
 
+def _Text(p, index):
+  """What makes layer params `p` (the `index`-th layer) alike another's: their text without the name."""
+  try:
+    return p.Copy().Set(name='').ToText()
+  except errors.ConfigError:  # A param with no text form (a Keras layer): this layer alone.
+    return 'layer %d' % index
+
+
+def _Built(built, p, text, shapes, batch_dim, dtype):
+  """The _Timed layer of params `p` (text `text`) for inputs shaped `shapes`, from `built` or made into it."""
+  layer_key = (p.cls, text, repr(_WithBatch(shapes, 1, batch_dim)), dtype)
+  if layer_key not in built:
+    built[layer_key] = _Timed(p)
+  return built[layer_key]
+
+
 def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3, batch_dim=0, log=None, built=None):
   """Times of each layer of `layer_params` (a flat list) on a batch of `batch_size` examples shaped as
   `input_shapes` (the pipeline's, whatever their batch), computing in `dtype`. `log(text)` is told of each
@@ -102,16 +118,10 @@ def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3,
   measured, forward, backward = {}, [], []
   for i, p in enumerate(layer_params):
     p = p.Copy().Set(fprop_dtype=p.fprop_dtype or dtype)
-    try:
-      text = p.Copy().Set(name='').ToText()
-    except errors.ConfigError:  # A param with no text form (a Keras layer): this layer alone.
-      text = 'layer %d' % i
+    text = _Text(p, i)
     key = (p.cls, text, repr(shapes))
     if key not in measured:
-      layer_key = (p.cls, text, repr(_WithBatch(shapes, 1, batch_dim)), dtype)
-      if layer_key not in built:
-        built[layer_key] = _Timed(p)
-      measured[key] = built[layer_key].Measure(shapes, dtype, repeats)
+      measured[key] = _Built(built, p, text, shapes, batch_dim, dtype).Measure(shapes, dtype, repeats)
       if log:
         log('layer %d (%s): forward %.4f s, backward %.4f s at batch %d' % (
             i, p.cls.__name__, measured[key][0], measured[key][1], batch_size))
@@ -142,14 +152,7 @@ def HeaviestLayer(layer_params, input_shapes, times, dtype=tf.float32, batch_dim
     shapes = p.cls.FPropMeta(p, shapes).out_shapes[0]
   p = layer_params[heaviest].Copy()
   p.Set(fprop_dtype=p.fprop_dtype or dtype)
-  try:
-    text = p.Copy().Set(name='').ToText()
-  except errors.ConfigError:
-    text = 'layer %d' % heaviest
-  layer_key = (p.cls, text, repr(_WithBatch(shapes, 1, batch_dim)), dtype)
-  if layer_key not in built:
-    built[layer_key] = _Timed(p)
-  timed, inputs = built[layer_key], {}
+  timed, inputs = _Built(built, p, _Text(p, heaviest), shapes, batch_dim, dtype), {}
 
   def Run(device):
     with tf.device(device):
