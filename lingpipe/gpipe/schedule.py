@@ -301,18 +301,30 @@ def _ListTicks(name, orders, num_micro, num_cells, remat):
   return Plan(name, num_micro, num_cells, len(orders), remat, (phase,))
 
 
-def Simulate(plan, backward_cost=2.0, costs=None):
+def Simulate(plan, backward_cost=2.0, costs=None, action_cost=None):
   """The plan run with a forward taking 1 time unit and a backward `backward_cost` (about 2: the gradients of the
   inputs and of the weights; half each where the plan splits them into BACKWARD and WEIGHT), hand-offs free,
   each device running its actions in plan order as soon as their inputs exist, and a phase starting when the
   previous one ended. `costs`, {(kind, cell): time} for the kinds FORWARD, BACKWARD and WEIGHT the plan runs
   (e.g. timeline.ActionTimes of a measured step), replaces those units: unequal cells and a backward that is not
-  twice a forward change the bubble. Returns (the step's length, the fraction of it the devices are idle on
-  average: the schedule's bubble)."""
+  twice a forward change the bubble. `action_cost`, a function of an Action returning its time, replaces both
+  (step_time.py: a backward's time depends on whether it re-computes). Returns (the step's length, the fraction
+  of it the devices are idle on average: the schedule's bubble)."""
   end, now, busy = {}, 0.0, [0.0] * plan.num_devices
   units = {FORWARD: 1.0, BACKWARD: backward_cost, WEIGHT: 0.0}
   if plan.splits_backward:
     units[BACKWARD] = units[WEIGHT] = backward_cost / 2
+
+  def Cost(a):
+    if action_cost is not None:
+      return action_cost(a)
+    if costs is None:
+      return units[a.kind]
+    if (a.kind, a.cell) not in costs:
+      raise errors.ConfigError('Simulate got no time for %s of cell %d (costs has %s).' % (
+          a.kind, a.cell, ', '.join('%s of cell %d' % key for key in sorted(costs))))
+    return costs[(a.kind, a.cell)]
+
   for phase in plan.phases:
     free = [now] * plan.num_devices
     for tick in phase.ticks:  # A tick's actions need only earlier ticks' results.
@@ -320,17 +332,13 @@ def Simulate(plan, backward_cost=2.0, costs=None):
         if a.kind == SEND:
           continue
         m, k = a.micro_batch, a.cell
-        if costs is None:
-          cost = units[a.kind]
-        elif (a.kind, k) in costs:
-          cost = costs[(a.kind, k)]
-        else:
-          raise errors.ConfigError('Simulate got no time for %s of cell %d (costs has %s).' % (
-              a.kind, k, ', '.join('%s of cell %d' % key for key in sorted(costs))))
+        cost = Cost(a)
         start = max([free[a.device]] + [end[n] for n in Needs(a.kind, m, k, plan.num_cells)])
         end[(a.kind, m, k)] = free[a.device] = start + cost
         busy[a.device] += cost
     now = max(free)
+  if not now:  # Nothing takes any time.
+    return 0.0, 0.0
   return now, 1.0 - sum(busy) / (plan.num_devices * now)
 
 

@@ -4,9 +4,9 @@ Each action of the schedule's plan takes its cell's measured layer times at the 
 forwards, a backward its backwards plus the forward again where the plan re-computes (a device that runs a
 micro-batch's backward right after its forward keeps the activations instead), and a split backward its
 backwards times this machine's measured cost of splitting. Every action also pays a fixed cost per call. The plan
-is run as schedule.Simulate runs it, and the devices together cannot go faster than their measured concurrency:
-logical CPU devices share the machine's cores. What is measured (`Measure`, kept per machine by
-runners/speed_terms.py):
+is run by schedule.Simulate, and the devices together cannot go faster than their measured concurrency: logical
+CPU devices share the machine's cores. What is measured (`Measure`, each time the trainer chooses, on its own
+devices):
   concurrency      the throughput of K devices each running the same work at once, over one device's
   split_backward   a zero-bubble step (backward split in two) over a 1F1B step of the same model, less one
   per_action       seconds a cell's forward or backward costs beyond its layers' times
@@ -22,6 +22,7 @@ from lingpipe.core import context
 from lingpipe.core import weight_init
 from lingpipe.gpipe import layer_times
 from lingpipe.gpipe import plan as plan_lib
+from lingpipe.gpipe import schedule as schedule_lib
 
 
 class Terms(NamedTuple):
@@ -43,27 +44,21 @@ def Predict(plan, forward, backward, terms=IDEAL) -> float:
   """Seconds of a training step of `plan`, given each cell's measured forward and backward seconds at one
   micro-batch (`forward[c]`, `backward[c]`: its layers' times added up)."""
   split = 1.0 + terms.split_backward if plan.splits_backward else 1.0
-  end, now, total = {}, 0.0, 0.0
-  for phase in plan.phases:
-    free = [now] * plan.num_devices
-    for tick in phase.ticks:
-      for a in tick:
-        if a.kind == plan_lib.SEND:
-          continue
-        k = a.cell
-        if a.kind == plan_lib.FORWARD:
-          cost = forward[k]
-        elif a.kind == plan_lib.BACKWARD:
-          cost = (backward[k] * split / 2 if plan.splits_backward else backward[k]) + (
-              forward[k] if a.recompute else 0.0)
-        else:  # WEIGHT
-          cost = backward[k] * split / 2
-        cost += terms.per_action
-        start = max([free[a.device]] + [end[n] for n in plan_lib.Needs(a.kind, a.micro_batch, k, plan.num_cells)])
-        end[(a.kind, a.micro_batch, k)] = free[a.device] = start + cost
-        total += cost
-    now = max(free)
-  return max(now, total / terms.Concurrency(plan.num_devices))
+
+  def Cost(a):
+    k = a.cell
+    if a.kind == plan_lib.FORWARD:
+      cost = forward[k]
+    elif a.kind == plan_lib.BACKWARD:
+      cost = (backward[k] * split / 2 if plan.splits_backward else backward[k]) + (
+          forward[k] if a.recompute else 0.0)
+    else:  # WEIGHT
+      cost = backward[k] * split / 2
+    return cost + terms.per_action
+
+  length, idle = schedule_lib.Simulate(plan, action_cost=Cost)
+  busy = (1.0 - idle) * plan.num_devices * length  # every device's time, added up
+  return max(length, busy / terms.Concurrency(plan.num_devices))
 
 
 def CellTimes(counts: Sequence[int], forward, backward) -> Tuple[Tuple[float, ...], Tuple[float, ...]]:
