@@ -17,16 +17,18 @@ _VALUE = 'VARIABLE_VALUE'
 _SAVE_COUNTER = 'save_counter/.ATTRIBUTES/VARIABLE_VALUE'
 
 
-def _Key(names, obj):
-  return trackable_utils.checkpoint_key(names[obj], _VALUE)
+def _Walk(root):
+  """(every trackable under tf.train.Checkpoint `root`, {object: its path from the root}, {key: variable}): the
+  variables named as TensorFlow names them in a checkpoint (the shortest path from the root, escaped)."""
+  objects, paths, _, _, names = checkpoint_util.objects_ids_and_slot_variables_and_paths(
+      graph_view.ObjectGraphView(root))
+  keys = {trackable_utils.checkpoint_key(names[obj], _VALUE): obj for obj in objects if isinstance(obj, tf.Variable)}
+  return objects, paths, keys
 
 
 def VariableKeys(root):
-  """{checkpoint key: variable} of every variable under tf.train.Checkpoint `root`, named as TensorFlow names them
-  in a checkpoint (the shortest path from the root, escaped)."""
-  objects, _, _, _, names = checkpoint_util.objects_ids_and_slot_variables_and_paths(
-      graph_view.ObjectGraphView(root))
-  return {_Key(names, obj): obj for obj in objects if isinstance(obj, tf.Variable)}
+  """{checkpoint key: variable} of every variable under tf.train.Checkpoint `root`."""
+  return _Walk(root)[2]
 
 
 def _HasOtherState(obj):
@@ -41,10 +43,8 @@ def _HasOtherState(obj):
 def _Split(root):
   """({key: variable} to restore one by one, [names of root's children restored whole]): a child of the root that
   saves anything besides variables is restored by TensorFlow, with its variables."""
-  objects, paths, _, _, names = checkpoint_util.objects_ids_and_slot_variables_and_paths(
-      graph_view.ObjectGraphView(root))
+  objects, paths, keys = _Walk(root)
   whole = sorted({paths[obj][0].name for obj in objects if obj is not root and _HasOtherState(obj)})
-  keys = {_Key(names, obj): obj for obj in objects if isinstance(obj, tf.Variable)}
   return {k: v for k, v in keys.items() if k.split('/', 1)[0] not in whole}, whole
 
 
