@@ -6,12 +6,12 @@ For each workload and dtype it times, on this process's 2 logical CPU devices (w
 one training step of every configuration of the grid (K in 1..--devices, M in --micro_batches dividing the batch,
 the three remat policies, the four schedules; each cut the planner's balances give), then lets the chooser
 (gpipe/auto_config.py: layers and this machine's step_time.Terms measured here, the planner's speed and memory
-model) choose under each budget: none, and a tight one (the median of the grid's predicted peaks). Below the table
-it prints the terms it measured and how far the predicted step times were from the measured ones. The devices share one allocator, so a budget is the
-process's: the devices' predicted peaks added up, against the step's measured allocator peak plus the weights
-and Adam's two slots. It prints the choice's measured step time over the
+model) choose under each budget: none, and a tight one (the median of the grid's predicted peaks). The devices
+share one allocator, so a budget is the process's: the devices' predicted peaks added up, against the step's
+measured allocator peak plus the weights and Adam's two slots. It prints the choice's measured step time over the
 grid's best among the configurations that fit the same budget, the time spent choosing against the time the grid
-took, and whether the choice's measured peak exceeded its budget.
+took, and whether the choice's measured peak exceeded its budget; below the table, the terms it measured and how
+far the predicted step times were from the measured ones.
 """
 
 import argparse

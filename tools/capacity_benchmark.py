@@ -66,7 +66,7 @@ _COMMON = ("task.network.schedule='gpipe';task.network.balance='uniform';task.tr
 
 
 def _WorkerPeaks(peaks):
-  """'peak 1,234 MiB (worker 1)' of the largest worker peak in {process: bytes}."""
+  """'largest peak 1234 MiB (worker 1)' of the largest worker peak in {process: bytes}."""
   workers = {k: v for k, v in peaks.items() if k.startswith('worker')}
   if not workers:
     return 'peaks not measured'

@@ -2,9 +2,9 @@
 
 The planner (memory_plan.py) predicts each candidate's peak per device and its step time (step_time.py: the plan
 run with layer times measured at the batch's and the micro-batches' sizes, layer_times.py, and this machine's
-measured costs). Of the candidates whose process peak
-is within the budget less a margin, the fastest is chosen (then the smaller peak). Fields the user set stay
-fixed; only those left to choose vary. runners/pipeline_choice.py applies this to a model's Params.
+measured costs). Of the candidates whose process peak is within the budget less a margin, the fastest is chosen
+(then the smaller peak). Fields the user set stay fixed; only those left to choose vary.
+runners/pipeline_choice.py applies this to a model's Params.
 """
 
 from typing import Dict, List, NamedTuple, Optional
