@@ -20,6 +20,7 @@ from lingpipe.runners import checkpointer
 from lingpipe.runners import init_from_checkpoint
 from lingpipe.runners import interrupt
 from lingpipe.runners import process_memory
+from lingpipe.runners import recorded_params
 from lingpipe.runners import safe_write
 from lingpipe.runners import shared_logdir
 
@@ -130,7 +131,7 @@ class TrainLoop:
     recorded = checkpointer.RecordedParamsText(self.logdir)
     if recorded is None:
       return ''
-    old, new = (dict(line.split(' : ', 1) for line in text.splitlines() if line.startswith('input.'))
+    old, new = ({k: v for k, v in recorded_params.Lines(text).items() if k.startswith('input.')}
                 for text in (recorded, self.p.ToText()))
     if old.get('input.checkpoint_iterator') == 'False':
       return 'the checkpoints were saved with input.checkpoint_iterator=False'
