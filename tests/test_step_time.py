@@ -67,3 +67,20 @@ def test_the_terms_are_measured_here_with_the_models_own_layer():
   assert all(0 < c <= 2 * len(devices) for c in terms.concurrency)
   assert 0 <= terms.split_backward < 5 and 0 <= terms.per_action < 1
   assert 'a cell call' in step_time.Describe(terms)
+
+
+@pytest.mark.parametrize('exact_seconds, timed', [(1e9, [8, 12, 16, 24, 48]), (0.0, [8, 16, 48])])
+def test_every_micro_batch_size_is_timed_while_it_is_cheap_the_rest_interpolated(monkeypatch, exact_seconds, timed):
+  """Batch 48, M up to 6: the three anchors (48, 8 and 16) are always timed; 24 and 12 too while timing lasts."""
+  from lingpipe.gpipe import auto_config  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
+  import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
+  sizes = []
+  measure = layer_times.Measure
+  monkeypatch.setattr(layer_times, 'Measure', lambda *a, **k: sizes.append(a[2]) or measure(*a, **k))
+  monkeypatch.setattr(step_time, 'Measure', lambda unit, devices: step_time.IDEAL)
+  monkeypatch.setattr(auto_config, 'EXACT_SIZES_SECONDS', exact_seconds)
+  monkeypatch.setattr(auto_config, 'MicroBatchChoices', lambda batch: (1, 2, 3, 4, 6))
+  predicted = auto_config.Predict(util.Tanh(2, dim=16), [48, 16], 1, fixed={'remat': 'never', 'schedule': 'gpipe'})
+  assert sorted(sizes) == timed
+  assert all(o.step_seconds > 0 for o in predicted.options)

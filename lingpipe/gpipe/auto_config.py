@@ -7,6 +7,7 @@ measured costs). Of the candidates whose process peak is within the budget less 
 runners/pipeline_choice.py applies this to a model's Params.
 """
 
+import time
 from typing import Dict, List, NamedTuple, Optional
 
 from lingpipe.core import byte_sizes
@@ -17,6 +18,10 @@ from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe import step_time
 
 MARGIN = 0.10  # Of the budget, kept free: the process predictions of dense stacks were within 4% of measured peaks.
+# Seconds of layer timing after the three anchor sizes during which the other micro-batch sizes are timed too
+# rather than interpolated: a dense stack's bfloat16 kernels here are not linear in rows, and every size of it
+# takes a few seconds; AmoebaNet-D's anchors alone take most of its minute.
+EXACT_SIZES_SECONDS = 15.0
 BALANCES = ('uniform', 'flops', 'time')  # 'time' when layer times are measured.
 
 
@@ -130,22 +135,40 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
     built, measured = {}, {}  # Each distinct layer built once, and traced once a size.
     dtype = fprop_dtype or 'float32'
 
-    # Measured at the whole batch, the smallest micro-batch and one between; linear between those (each size is
-    # traced apart, as a cell is).
+    # Measured at the whole batch, the smallest micro-batch and one between; then every other size while the
+    # timing lasts under EXACT_SIZES_SECONDS; linear between measured sizes for the rest (each size is traced
+    # apart, as a cell is).
     fixed_micro = (fixed or {}).get('num_micro_batches')
     micro = [fixed_micro] if fixed_micro else list(MicroBatchChoices(batch))
     anchors = sorted({batch, batch // micro[-1], batch // micro[len(micro) // 2]})
 
+    took = {}  # seconds each measured size's timing took
+
+    def MeasureSize(size):
+      start = time.perf_counter()
+      measured[size] = layer_times.Measure(layer_params, input_shapes, size, dtype=dtype, batch_dim=batch_dim,
+                                           log=log, built=built)
+      took[size] = time.perf_counter() - start
+
     def Times(size):
       if size not in measured:
-        if size in anchors or size < anchors[0] or size > anchors[-1]:
-          measured[size] = layer_times.Measure(layer_params, input_shapes, size, dtype=dtype, batch_dim=batch_dim,
-                                               log=log, built=built)
+        timed = sorted(measured)
+        if not timed or size < timed[0] or size > timed[-1]:
+          MeasureSize(size)
         else:
-          lo, hi = max(a for a in anchors if a < size), min(a for a in anchors if a > size)
-          measured[size] = layer_times.Interpolate(Times(lo), Times(hi), size)
+          lo, hi = max(a for a in timed if a < size), min(a for a in timed if a > size)
+          return layer_times.Interpolate(measured[lo], measured[hi], size)
       return measured[size]
 
+    for size in anchors:
+      Times(size)
+    spent = 0.0
+    for size in sorted({batch // m for m in micro} - set(anchors), reverse=True):
+      expected = took[min(a for a in took if a > size)]  # a larger size's timing took at least as long
+      if spent + expected > EXACT_SIZES_SECONDS:
+        break
+      MeasureSize(size)
+      spent += took[size]
     times = Times
     # The devices' concurrency with the model's heaviest layer at a micro-batch's size (one already traced).
     unit = layer_times.HeaviestLayer(layer_params, input_shapes, Times(anchors[len(anchors) // 2]), dtype,
