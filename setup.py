@@ -33,8 +33,8 @@ setuptools.setup(
         # TensorFlow is an extra so that CPU and GPU users pick their build.
         'cpu': ['tensorflow-cpu>=2.21,<2.22'],
         'gpu': ['tensorflow[and-cuda]>=2.21,<2.22'],
-        # matplotlib draws the pipeline timeline (--mode=profile, tools/pipeline_timeline.py): axes, lanes and labels
-        # we would otherwise write ourselves; only imported when a chart is drawn.
+        # matplotlib draws the pipeline timeline (--mode=profile, benchmarks/pipeline_timeline.py): axes, lanes and
+        # labels we would otherwise write ourselves; only imported when a chart is drawn.
         # pytest-xdist runs the suite in two processes: its tests keep one core busy each, so the README's test
         # command takes about half the time on 2 cores.
         'test': ['pytest>=8', 'pytest-xdist>=3.5', 'matplotlib>=3.8'],

@@ -20,6 +20,7 @@ from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 from lingpipe import binary
+from lingpipe import process_setup
 
 MODES = ('train', 'eval', 'decode', 'export', 'inspect', 'profile', 'list')
 
@@ -256,10 +257,7 @@ def main(argv):
   if status is not None:
     return status
   binary.QuietUnlessVerbose(FLAGS.verbose)
-  from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
-  memory_stats.EnableAllocatorStats()  # Before TensorFlow starts (memory_stats.py): balance='memory' needs it.
-  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  pipelining_layer.DisableFunctionSpecialization()
+  process_setup.SetUpProcess()  # Before TensorFlow starts: balance='memory' needs the allocator's statistics.
   return binary.RunUserErrorsAsOneLine('lingpipe-train', Run, FLAGS.verbose)
 
 

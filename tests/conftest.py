@@ -2,8 +2,8 @@
 logical CPU devices for pipeline tests.
 
 All are settings TensorFlow reads when it loads or its runtime starts, so they are made here, when pytest imports
-this file, before any test module runs an op. The tests make the named calls the binaries make (docs/guide.md, "What
-lingpipe changes in TensorFlow"), so they run the kernels the binaries get (oneDNN on unless
+this file, before any test module runs an op. The tests make the call the binaries make (process_setup.py), so they
+run the kernels the binaries get (oneDNN on unless
 TF_ENABLE_ONEDNN_OPTS=0). Allocator statistics (memory_stats.py) are what the remat memory test and
 balance='memory' read; without them a stock tensorflow-cpu with oneDNN off keeps none.
 """
@@ -12,25 +12,17 @@ import os
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
+from lingpipe import process_setup  # pylint: disable=g-import-not-at-top
 
-cpu_kernels.PreferOneDnn()  # Before TensorFlow loads.
-
-from lingpipe import native_log  # pylint: disable=g-import-not-at-top
-
-native_log.ImportTensorFlow()  # Without its start-up notices, which print at every log level.
+process_setup.SetUpProcess()  # Before TensorFlow loads.
 
 import pytest  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
-from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
 
 NUM_TEST_DEVICES = 4
-memory_stats.EnableAllocatorStats()
 cluster.ConfigureLocalDevices(NUM_TEST_DEVICES, intra_op_threads=1, inter_op_threads=4)
-pipelining_layer.DisableFunctionSpecialization()
 
 
 @pytest.fixture(autouse=True)

@@ -36,7 +36,6 @@ def test_build_is_up_to_date():
 
 
 def test_build_lists_every_third_party_package_the_code_imports():
-  sys.path.insert(0, os.path.join(ROOT, 'tools'))
   import update_build  # pylint: disable=g-import-not-at-top
   local = {os.path.splitext(os.path.basename(f))[0] for f in _SourceFiles()} | {'lingpipe'}
   imported = set()

@@ -1,4 +1,4 @@
-"""tools/handoff_cost.py: a copy between two worker processes costs the receiving process CPU time, and the tool
+"""benchmarks/handoff_cost.py: a copy between two worker processes costs the receiving process CPU time, and the tool
 sees it (it runs as a subprocess: connecting to workers changes a process's TensorFlow context)."""
 
 import json
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tools', 'handoff_cost.py')
+TOOL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'benchmarks', 'handoff_cost.py')
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason='the tool pins one worker to each of two cores')
@@ -31,7 +31,6 @@ def test_a_copy_across_processes_costs_the_receiver_cpu(tmp_path):
 @pytest.mark.skipif(not os.path.isdir('/proc/self/task'), reason='reads thread CPU times from Linux /proc')
 def test_op_threads_are_told_from_the_others_by_name():
   """TensorFlow names its op pools' threads tf_<pool>; OpThreadCpuSeconds counts those alone."""
-  sys.path.insert(0, os.path.dirname(TOOL))
   import handoff_cost  # pylint: disable=g-import-not-at-top
   measured = threading.Event()
   spun = [threading.Event(), threading.Event()]

@@ -55,9 +55,6 @@ def test_a_slow_layer_and_slow_micro_batches_lower_the_prediction():
 
 
 def test_the_planner_tool_predicts_from_measured_times(capsys):
-  import os  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tools'))
   import plan_pipeline  # pylint: disable=g-import-not-at-top
   candidates, best = plan_pipeline.Plan(plan_pipeline._Args(
       ['--model=synthetic.DeepMlpGPipe', '--devices=2', '--device_memory=64MiB', '--processes=devices',

@@ -1,8 +1,5 @@
 """The memory planner: layer sizes from FPropMeta, per-device predictions against measured peaks, the tool."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -19,8 +16,6 @@ from lingpipe.layers import embedding
 from lingpipe.layers import linear
 from lingpipe.layers import transformer
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tools'))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'benchmarks', 'gpipe_paper'))
 import plan_gpipe_paper  # pylint: disable=g-import-not-at-top,wrong-import-position
 import plan_pipeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -198,7 +198,7 @@ def _Mlp(n, dim):
 def test_bfloat16_halves_the_stash_and_the_planner_predicts_it():
   """One step, K=2, M=8, remat never, measured by the allocator: the stash and hand-offs are bfloat16 (the step's
   peak falls to about 0.6 of float32's: the float32 gradient sums and the weights' bfloat16 copies stay), and the
-  planner's prediction stays within 25% of the fullest step's peak in both dtypes (tools/pipeline_benchmark.py
+  planner's prediction stays within 25% of the fullest step's peak in both dtypes (benchmarks/pipeline_benchmark.py
   --sections=precision prints the ratios)."""
   from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top

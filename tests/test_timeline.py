@@ -4,7 +4,6 @@ lowering are in tests/regression/test_timeline_timing.py."""
 
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +17,6 @@ import pipeline_test_util as util
 import timeline_test_util as ttu
 import trainer_test_util
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tools'))
 import pipeline_timeline  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 

@@ -1,8 +1,6 @@
 """The benchmark workloads and the decomposition of a speed-up that the benchmarks print."""
 
 import argparse
-import os
-import sys
 
 import pytest
 import tensorflow as tf
@@ -10,7 +8,6 @@ import tensorflow as tf
 from lingpipe.core import context
 from lingpipe.layers import sequential
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tools'))
 import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 

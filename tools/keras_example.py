@@ -16,23 +16,18 @@ second epoch on: the first one traces). On this machine the devices are logical 
 (`cluster.ConfigureLocalDevices`), and the plain model runs on the same process's threads.
 """
 
-import os
-import sys
 import time
 
 from absl import app
 from absl import flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
+from lingpipe import process_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-cpu_kernels.PreferOneDnn()  # Before TensorFlow loads, as the binaries do.
+process_setup.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
 
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
-from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-pipelining_layer.DisableFunctionSpecialization()
 
 flags.DEFINE_integer('num_splits', 2, 'Cells K of the pipeline.')
 flags.DEFINE_integer('num_micro_batches', 4, 'Micro-batches M.')

@@ -21,7 +21,6 @@ import signal
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
 from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top

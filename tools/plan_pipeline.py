@@ -18,10 +18,7 @@ benchmarks/gpipe_paper/plan_gpipe_paper.py checks the planner against the GPipe 
 
 import argparse
 import functools
-import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _Args(argv):

@@ -14,7 +14,6 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import sentencepiece as spm  # pylint: disable=g-import-not-at-top
 

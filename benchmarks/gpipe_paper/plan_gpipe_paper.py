@@ -29,10 +29,8 @@ one micro-batch as the last device's extra working set. The paper counts paramet
 """
 
 import argparse
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 PAPER = {'naive': (3, 282.2e6), 'remat': (13, 785.8e6), 'k128': (1663, 83.9e9)}
 

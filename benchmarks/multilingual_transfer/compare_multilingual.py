@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
 from lingpipe.tasks.mt import corpus  # pylint: disable=g-import-not-at-top

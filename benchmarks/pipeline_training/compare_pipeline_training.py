@@ -12,20 +12,14 @@ the curves agree only statistically. Prints both curves, the largest relative di
 """
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
+from lingpipe import process_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-cpu_kernels.PreferOneDnn()  # Before TensorFlow loads, as the binaries do.
+process_setup.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
 
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
-from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-pipelining_layer.DisableFunctionSpecialization()
 
 
 def _Args():

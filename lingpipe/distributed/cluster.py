@@ -110,7 +110,7 @@ def DefaultInterOpThreads(num_devices):
 
   Threads beyond the cores only add switching: on a 2-core machine, K=2 over K=1 at the same M (Transformer,
   M=4 and 8) reached 0.82-0.83 and 0.81-0.84 of the ideal with 2 inter-op threads against 0.76-0.78 and
-  0.71-0.74 with 4 (tools/pipeline_benchmark.py --quick --inter_op=2 / 4, two runs each).
+  0.71-0.74 with 4 (benchmarks/pipeline_benchmark.py --quick --inter_op=2 / 4, two runs each).
   """
   return max(2, min(num_devices, UsableCores()))
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 from lingpipe.core import base_layer
 
 # Gradients summed by one collective, at most: fewer collectives cost fewer round trips, and smaller ones start
-# while the backward is still running (tools/gradient_exchange_benchmark.py --bucket_mib).
+# while the backward is still running (benchmarks/gradient_exchange_benchmark.py --bucket_mib).
 BUCKET_BYTES = 4 << 20
 
 _CURRENT = []

@@ -27,11 +27,11 @@ Stash and in-flight micro-batches come from walking the schedule's Plan, so ever
 Assumptions: a backward's transient temporaries beyond the working set are not counted (nor the allocator's
 rounding), layers that cannot be traced on float inputs (token ids) count their outputs alone, micro-batches
 cost their share of the flops (small micro-batches are slower on real hardware; measure with
-tools/pipeline_benchmark.py), transfers are free (they are not: interleaved 1F1B makes vK-1
+benchmarks/pipeline_benchmark.py), transfers are free (they are not: interleaved 1F1B makes vK-1
 hand-offs per micro-batch and pass instead of K-1; see the README).
 
 `tools/plan_pipeline.py` prints the table for a registered model and recommends the fastest configuration that
-fits; tools/pipeline_benchmark.py's remat section prints the prediction beside the measured peak.
+fits; benchmarks/pipeline_benchmark.py's remat section prints the prediction beside the measured peak.
 """
 
 import functools

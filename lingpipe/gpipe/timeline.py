@@ -13,7 +13,7 @@ gradients still running). In the plans that trace cells inline, a device's next 
 previous one's end stamp while recording (the executor), so that the runtime does not interleave two actions' ops
 and each box is one action's time.
 The pair is written to a small per-device TensorArray. The cost, paid only while recording, is two timestamps, a
-few scalar reads of what they wait for, and one 3-float write per action (tools/pipeline_timeline.py prints it
+few scalar reads of what they wait for, and one 3-float write per action (benchmarks/pipeline_timeline.py prints it
 against a plain step); without a Recorder nothing is added.
 (TensorFlow's profiler was the other way: its trace names a call only `PartitionedCallOp`, without the function or
 the micro-batch, and remote workers need their own profiler servers.)

@@ -3,9 +3,6 @@ or on how TensorFlow 2.21 builds loops and inlines functions. Each names the bug
 over several steps, but a very loaded machine can still fail them, and a TensorFlow upgrade may need them
 revisited."""
 
-import os
-import sys
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -15,8 +12,6 @@ from lingpipe.gpipe import timeline
 import pipeline_test_util as util
 import timeline_test_util as ttu
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                                'tools'))
 
 pytestmark = pytest.mark.slow  # Timing: the full tier only, never the quick loop.
 
@@ -51,7 +46,7 @@ def test_an_inline_action_is_stamped_around_its_work(schedule_name):
   optimization had inlined the clock, its control edges no longer held: the last cell's Transformer forwards were
   recorded 0.0 ms wide, their work done after their end stamp. Both cells run alike layers on alike micro-batches,
   so their forwards take alike times."""
-  import workloads  # pylint: disable=g-import-not-at-top  (tools/, on the path above)
+  import workloads  # pylint: disable=g-import-not-at-top  (benchmarks/, on the path: pytest.ini)
   workload = workloads.Make('transformer', layers=4, batch=64)
   pipe = pipelining_layer.PipeliningLayer.Params().Set(
       name='inline_%s' % schedule_name, layers=workload.layers, num_splits=2, num_micro_batches=2, remat='never',

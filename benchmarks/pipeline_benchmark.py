@@ -1,9 +1,9 @@
 r"""GPipe benchmark: throughput over K and M (the paper's Table 1), remat memory and cost, time to first step.
 
-    python tools/pipeline_benchmark.py --out=/tmp/pipeline_benchmark.json
-    python tools/pipeline_benchmark.py --quick        # fewer configurations, for a smoke run
-    python tools/pipeline_benchmark.py --sections=table1 --workload=dense --batch=2048 --remat=never
-    python tools/pipeline_benchmark.py --sections=precision --dtype=float32,bfloat16
+    python benchmarks/pipeline_benchmark.py --out=/tmp/pipeline_benchmark.json
+    python benchmarks/pipeline_benchmark.py --quick        # fewer configurations, for a smoke run
+    python benchmarks/pipeline_benchmark.py --sections=table1 --workload=dense --batch=2048 --remat=never
+    python benchmarks/pipeline_benchmark.py --sections=precision --dtype=float32,bfloat16
 
 Everything is measured in one run, side by side, on logical CPU devices with one intra-op thread each and the trainer's
 inter-op threads ("one core = one accelerator"), so the ratios are comparable even on a noisy shared machine; only
@@ -12,7 +12,7 @@ section onecore (and multiprocess) start child processes. A training step here i
 
 Tables:
   1. normalized training throughput for K in {1,2,4} x M in {1,2,4,8,32}, for a Transformer stack and a conv
-     stack (or --workload with its sizes, tools/workloads.py; remat --remat); 1.0 is the same model without any
+     stack (or --workload with its sizes, benchmarks/workloads.py; remat --remat); 1.0 is the same model without any
      pipeline (SequentialLayer), measured in the same run; then, for each K > 1, the speed-up over the plain model
      factored into the one-cell pipeline's cost, the micro-batch efficiency of one device (K=1 at M against K=1
      at M=1) and the schedule's gain (K at M against K=1 at M, beside its ideal), workloads.Decomposition;
@@ -32,9 +32,9 @@ Tables:
      one copy, i.e. the best any 2-way split can do here (shared caches, memory bandwidth, clock boost);
   7. the CIFAR-10 default model, AmoebaNet-D(6, 32) at batch 64: plain, and K=2 with M=8 (images/s);
   8. (--sections=multiprocess) K=2 over two lingpipe-worker processes pinned to one core each, against one pinned
-     process running the whole model (tools/multiprocess_benchmark.py, in its own processes);
+     process running the whole model (benchmarks/multiprocess_benchmark.py, in its own processes);
   9. (--sections=precision) float32 and the other --dtype side by side, plain and pipelined, with peak memory and
-     Keras's mixed_bfloat16 beside lingpipe's bfloat16 (tools/precision_section.py).
+     Keras's mixed_bfloat16 beside lingpipe's bfloat16 (benchmarks/precision_section.py).
 
 --dtype (a comma-separated list) is the layers' compute dtype (fprop_dtype; weights stay float32): sections 1 and
 4 run once per dtype, each speed-up against the plain model in the same dtype; the others run in the first.
@@ -49,12 +49,12 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-workloads.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
+from lingpipe import process_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+process_setup.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
 
 from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top

@@ -1,6 +1,6 @@
 """The benchmark's precision section: float32 and a lower compute dtype side by side, plain and pipelined.
 
-    python tools/pipeline_benchmark.py --sections=precision --dtype=float32,bfloat16
+    python benchmarks/pipeline_benchmark.py --sections=precision --dtype=float32,bfloat16
 
 For each workload (the dense stack 8 x 1024 at batch 2048, Table 1's Transformer T(8, 512, 4) at batch 256, and
 with --precision_amoebanet AmoebaNet-D(6, 32) at batch 64), one SideBySide run of the plain model and K=2 at M=4

@@ -12,14 +12,6 @@ decomposition of a pipeline's speed-up that both benchmarks report.
 
 import collections
 
-def SetUpProcess():
-  """What the binaries set process-wide (docs/guide.md), for a benchmark process; call it before TensorFlow loads:
-  oneDNN kernels unless the user chose, and no grappler function specialization."""
-  from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
-  cpu_kernels.PreferOneDnn()
-  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  pipelining_layer.DisableFunctionSpecialization()
-
 
 WORKLOADS = ('dense', 'transformer', 'conv')
 DEFAULTS = {

@@ -1,6 +1,6 @@
 r"""The GPipe paper's Table 1 in miniature, measured: the largest model that trains under a memory cap per process.
 
-    python tools/capacity_benchmark.py --cap=1.5GiB --workloads=dense,transformer --write_docs
+    python benchmarks/capacity_benchmark.py --cap=1.5GiB --workloads=dense,transformer --write_docs
 
 For each workload (a dense stack of width 2048, the NMT Transformer T(L, 2048, 8) of model depth 512) and each
 configuration (the plain model in one process; Pipeline-1: one process, K=1 with remat and M=4; K=2 and K=4
@@ -19,12 +19,13 @@ import sys
 import tempfile
 from typing import NamedTuple
 
-from lingpipe.core import cpu_kernels
+from lingpipe import process_setup
 
-cpu_kernels.PreferOneDnn()  # Before TensorFlow loads, as in the processes it measures.
+process_setup.SetUpProcess()  # Before TensorFlow loads, as in the processes it measures.
 
 from lingpipe import binary  # pylint: disable=g-import-not-at-top
 from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
+from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
 from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
 from lingpipe.runners import memory_trials  # pylint: disable=g-import-not-at-top
 from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top

@@ -3,7 +3,7 @@ replicas' gradients all-reduced into mirrored weights (cluster.gradient_exchange
 replica 0's device ('sum_on_replica_0'): R lingpipe-workers with one device each (R replicas of a one-cell
 pipeline), and a client that trains a dense stack on them, as the trainer does (BaseTask.TrainStep).
 
-    python tools/gradient_exchange_benchmark.py --replicas=2,4 --write_docs
+    python benchmarks/gradient_exchange_benchmark.py --replicas=2,4 --write_docs
 
 The bytes are the TCP payload of each worker's sockets (`ss -tinp`: bytes_sent and bytes_received), over the
 timed steps, per step, as a multiple of the model's gradient bytes G (float32). They include the batch shard each
@@ -21,12 +21,10 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lingpipe import process_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-workloads.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
+process_setup.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
 
 EXCHANGES = ('all_reduce', 'sum_on_replica_0')
 

@@ -1,11 +1,11 @@
 r"""K=2 pipeline over two worker processes, each pinned to its own core with one thread, against one pinned
 process running the whole model: measured speed-up beside the ideal K*M/(M+K-1) for M in {1, 2, 4, 8, 16}.
 
-    python tools/multiprocess_benchmark.py --out=/tmp/multiprocess.json
-    python tools/pipeline_benchmark.py --sections=multiprocess      # the same, as a section of the benchmark
+    python benchmarks/multiprocess_benchmark.py --out=/tmp/multiprocess.json
+    python benchmarks/pipeline_benchmark.py --sections=multiprocess      # the same, as a section of the benchmark
 
 The model is Table 1's Transformer T(8, 512, 4), model depth 128, at batch 64 and 256 sequences of 32 tokens
-(--batch), remat never (--remat); --workload=dense|conv and the size flags choose another (tools/workloads.py).
+(--batch), remat never (--remat); --workload=dense|conv and the size flags choose another (benchmarks/workloads.py).
 Roles, each its own process: `plain` (the whole model, pinned to core 0, intra_op = inter_op = 1), also run twice at
 once on the two cores (the machine's own two-core ceiling); two lingpipe-workers (core 0 and core 1, one thread
 each); `client`, a trainer-like process that connects to them with lingpipe's remote.Connect and times a training
@@ -16,7 +16,7 @@ micro-batch efficiency and the schedule's gain (workloads.Decomposition), the ne
 pipeline adds, the balance of the cells and the busiest worker's share of the step, from the workers' CPU times
 (workloads.ScheduleByWorker; the added work is split between the threads that run ops and the others, gRPC's and
 the RPC handlers'), and the last lines what one hand-off of a micro-batch's activations between the workers costs
-their cores in CPU time (tools/handoff_cost.py, measured by the first round's client), beside the compute of a
+their cores in CPU time (benchmarks/handoff_cost.py, measured by the first round's client), beside the compute of a
 micro-batch on one cell. Everything is timed in one run, side by side, so the ratios are comparable on
 a noisy machine; --rounds=N repeats the plain process and the client in turn N times against the same workers, so a
 slow minute of the machine weighs on both: each step time is then the median over the rounds, and the speed-up table
@@ -32,13 +32,13 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import handoff_cost  # pylint: disable=g-import-not-at-top,wrong-import-position
 import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-workloads.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
+from lingpipe import process_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+process_setup.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
 
 HANDOFF = 'handoff'  # The client's key for _HandOffs's result (not a step time).
 
@@ -209,7 +209,7 @@ def _HandOffs(args, mesh, layers, inputs, micro_batches):
 def PrintHandOffs(handoffs, rows, micro_batches):
   """Prints, per M, a hand-off's CPU cost at the cut beside the compute a micro-batch costs one cell (K=1 at M's
   step time over 2M): each worker sends one hand-off and receives one per micro-batch (forward or backward)."""
-  print('hand-offs at the cut (tools/handoff_cost.py; a worker sends one and receives one per micro-batch):')
+  print('hand-offs at the cut (benchmarks/handoff_cost.py; a worker sends one and receives one per micro-batch):')
   for m in micro_batches:
     row = handoffs[m]
     compute_ms = rows['K=1,M=%d' % m]['step_s'] / (2 * m) * 1e3

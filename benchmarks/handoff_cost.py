@@ -1,12 +1,12 @@
 r"""What a hand-off between two pinned worker processes costs each core: the CPU time the sender's and the
 receiver's process spend on one copy of a tensor, measured against the same copies kept on one worker.
 
-    python tools/handoff_cost.py --mib=0.5,1,2,8
+    python benchmarks/handoff_cost.py --mib=0.5,1,2,8
 
 Across processes TensorFlow moves a tensor through gRPC: the sender serializes it, the receiver reads it off the
 socket and copies it into a new buffer. Each worker of a CPU pipeline is pinned to the core its cells compute on,
 so that time comes out of the cells' own: a micro-batch whose activations are large against its compute pays it
-on every hand-off (`tools/multiprocess_benchmark.py` prints it for its workload beside the compute per
+on every hand-off (`benchmarks/multiprocess_benchmark.py` prints it for its workload beside the compute per
 micro-batch). Accelerators copy over their own links instead, and hosts over their network; this measures the
 loopback path of one machine.
 
@@ -18,10 +18,8 @@ the same function with both ops on worker 0 is the baseline. The worker processe
 import argparse
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 COPIES = 10  # per call of the measured function: a call's own fixed cost is spread over them
 

@@ -1,13 +1,13 @@
 r"""The measured timeline of a pipeline's training step: a PNG Gantt chart, a Chrome trace, and the bubble measured
 beside the schedule's (schedule.Bubble: (K-1)/(M+K-1) for GPipe and 1F1B).
 
-    python tools/pipeline_timeline.py --workload=dense --num_splits=2 --num_micro_batches=4 --remat=never
-    python tools/pipeline_timeline.py --workload=transformer --batch=256 --num_micro_batches=8 --workers=2
-    python tools/pipeline_timeline.py --schedule=interleaved_1f1b --virtual_stages=2 --workers=2
+    python benchmarks/pipeline_timeline.py --workload=dense --num_splits=2 --num_micro_batches=4 --remat=never
+    python benchmarks/pipeline_timeline.py --workload=transformer --batch=256 --num_micro_batches=8 --workers=2
+    python benchmarks/pipeline_timeline.py --schedule=interleaved_1f1b --virtual_stages=2 --workers=2
 
 Locally the K cells run on K logical CPU devices with one intra-op thread each, as the trainer sets them up;
 --workers=N runs them on N lingpipe-worker processes pinned one per core (one thread each), as
-tools/multiprocess_benchmark.py does. After --warmup steps it records --steps steps (lingpipe/gpipe/timeline.py:
+benchmarks/multiprocess_benchmark.py does. After --warmup steps it records --steps steps (lingpipe/gpipe/timeline.py:
 timestamps in the graph) and writes the median one (by span) to --out_dir as <name>.png and <name>.json (open the
 JSON in chrome://tracing or https://ui.perfetto.dev). It also times the same number of steps without recording,
 interleaved, and prints the recording's cost.
@@ -17,15 +17,14 @@ import argparse
 import contextlib
 import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import workloads  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-workloads.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
+from lingpipe import process_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+process_setup.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
 
 
 STRETCHED = 1.1  # Recording cost above which the tool warns.

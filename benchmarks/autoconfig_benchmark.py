@@ -1,6 +1,6 @@
 r"""The trainer's pipeline choice (--pipeline=auto) against an exhaustive search: every fitting configuration timed.
 
-    python tools/autoconfig_benchmark.py --workloads=dense,transformer --dtypes=float32,bfloat16 --write_docs
+    python benchmarks/autoconfig_benchmark.py --workloads=dense,transformer --dtypes=float32,bfloat16 --write_docs
 
 For each workload and dtype it times, on this process's 2 logical CPU devices (where the trainer's choice runs),
 one training step of every configuration of the grid (K in 1..--devices, M in --micro_batches dividing the batch,
@@ -22,7 +22,9 @@ import time
 
 import workloads
 
-workloads.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
+from lingpipe import process_setup  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+process_setup.SetUpProcess()  # Before TensorFlow loads, as the binaries do.
 if __name__ == '__main__':
   from lingpipe import binary  # pylint: disable=g-import-not-at-top
   binary.QuietTool()  # TensorFlow's log lines off the terminal, its start-up notices too.
@@ -114,7 +116,7 @@ def _Row(name, workload, dtype, args, out, timed=None, notes=None):
   errors = sorted(abs(v[0].step_seconds / v[1] - 1) for v in grid.values())
   if notes is not None:
     notes.append('%s: measured here: %s; predicted step times off by %.0f%% (median), %.0f%% (90th '
-                 'percentile) over the %d timed.' % (name if dtype in name else '%s, %s' % (name, dtype),
+                 'percentile) over the %d timed.' % ('%s, %s' % (name, dtype),
                                                      step_time.Describe(predicted.terms),
                                                      100 * errors[len(errors) // 2],
                                                      100 * errors[int(0.9 * (len(errors) - 1))], len(errors)))
@@ -157,7 +159,8 @@ def main(argv=None):
     for name in args.workloads.split(','):
       for dtype in args.dtypes.split(','):
         workload = workloads.Make(name, dtype=dtype, **_SIZES[name])
-        _Row(workload.name, workload, dtype, args, sys.stdout, timed, notes)
+        base_name = workload.name[:-len(', ' + dtype)] if workload.name.endswith(', ' + dtype) else workload.name
+        _Row(base_name, workload, dtype, args, sys.stdout, timed, notes)
     print()
     for line in notes:
       print('- ' + line)

@@ -1,7 +1,7 @@
 r"""Test accuracy of registered models trained for the same wall-clock time, side by side, one CPU core each.
 
     python tools/prepare_cifar10.py --source=cifar-10-batches-py --out_dir=data/cifar10
-    python tools/equal_time_benchmark.py --data_dir=data/cifar10 --minutes=45 --logdir=runs/equal_time
+    python benchmarks/equal_time_benchmark.py --data_dir=data/cifar10 --minutes=45 --logdir=runs/equal_time
 
 Each model is first timed for --calibration_steps steps on its core; its run then gets the steps its measured speed
 fits in --minutes (the learning-rate schedule's total_steps set to match, so each run anneals fully), and every
@@ -23,7 +23,6 @@ import sys
 import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, _ROOT)
 
 _PLAIN = "task.network.num_splits=1;task.network.num_micro_batches=1;task.network.remat='never'"
 

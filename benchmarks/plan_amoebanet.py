@@ -1,7 +1,7 @@
 r"""The memory planner and its speed model against the GPipe paper's AmoebaNet-D (Huang et al. 2019, Table 1).
 
-    python benchmarks/gpipe_paper/plan_amoebanet.py                      # the largest model per column
-    python benchmarks/gpipe_paper/plan_amoebanet.py --sections=speed     # measures layer times: ~15 minutes
+    python benchmarks/plan_amoebanet.py                      # the largest model per column
+    python benchmarks/plan_amoebanet.py --sections=speed     # measures layer times: ~15 minutes
 
 Memory (section `memory`). The paper's columns: 8 GB accelerators, 224 x 224 images, batches of 128, and the
 largest AmoebaNet-D(L, F) that fits: without GPipe (naive, K=1), with re-materialization on one accelerator, and on
@@ -29,14 +29,9 @@ prediction.
 """
 
 import argparse
-import os
 import statistics
-import sys
 import time
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, _ROOT)
-sys.path.insert(0, os.path.join(_ROOT, 'tools'))
 
 # Table 1: (column, L, K, remat, the paper's F and parameters).
 COLUMNS = (('naive-1', 18, 1, 'never', 208, 82e6), ('pipeline-1', 18, 1, 'always', 416, 318e6),
