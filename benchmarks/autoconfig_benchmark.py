@@ -5,7 +5,7 @@ r"""The trainer's pipeline choice (--pipeline=auto) against an exhaustive search
 For each workload and dtype it times, on this process's 2 logical CPU devices (where the trainer's choice runs),
 one training step of every configuration of the grid (K in 1..--devices, M in --micro_batches dividing the batch,
 the three remat policies, the four schedules; each cut the planner's balances give), then lets the chooser
-(gpipe/auto_config.py: layers and this machine's step_time.Terms measured here, the planner's speed and memory
+(gpipe/planner/auto_config.py: layers and this machine's step_time.Terms measured here, the planner's speed and memory
 model) choose under each budget: none, and a tight one (the median of the grid's predicted peaks). The devices
 share one allocator, so a budget is the process's: the devices' predicted peaks added up, against the step's
 measured allocator peak plus the weights and Adam's two slots. It prints the choice's measured step time over the
@@ -35,9 +35,9 @@ from lingpipe.core import context  # pylint: disable=g-import-not-at-top,wrong-i
 from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
-from lingpipe.gpipe import auto_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from lingpipe.gpipe import step_time  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lingpipe.gpipe.planner import auto_config  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lingpipe.gpipe.planner import step_time  # pylint: disable=g-import-not-at-top,wrong-import-position
 import benchmark_page  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _SIZES = {'dense': dict(layers=8, width=1024, batch=1024),

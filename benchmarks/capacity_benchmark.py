@@ -26,7 +26,7 @@ process_setup.SetUpProcess()  # Before TensorFlow loads, as in the processes it 
 from lingpipe import binary  # pylint: disable=g-import-not-at-top
 from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
 from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
-from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
+from lingpipe.distributed import memory_cgroup  # pylint: disable=g-import-not-at-top
 from lingpipe.runners import memory_trials  # pylint: disable=g-import-not-at-top
 from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
 
@@ -145,9 +145,9 @@ def PlannedDepth(workload, config, cap, calibration, limit=400):
 
 def Params(workload, config, depth):
   """Trainable parameters of `workload` at `depth` (an abstract build; nothing allocated)."""
-  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
-  p = trainer.BuildModelParams(workload.model, override=';'.join([
+  p = run_params.BuildModelParams(workload.model, override=';'.join([
       workload.override, '%s=%d' % (workload.depth_param, depth), config.override]))
   with base_layer.AbstractVariables():
     return base_layer.NumParams(p.task.Instantiate())
@@ -167,7 +167,7 @@ def main(argv=None):
   parser.add_argument('--write_docs', action='store_true', help='Write the table into docs/benchmarks.md.')
   args = parser.parse_args(argv)
   cap = byte_sizes.Parse(args.cap, '--cap')
-  if memory_budget.OwnCgroup()[1] is None:
+  if memory_cgroup.OwnCgroup()[1] is None:
     print('capacity_benchmark: error: this machine has no memory cgroup to cap processes with.', file=sys.stderr)
     return 1
   first = dict((k, int(v)) for k, v in (item.split('=') for item in args.first.split(',')))

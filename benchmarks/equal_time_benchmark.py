@@ -81,9 +81,9 @@ def _StepsPerSecond(log_path):
 
 def _Sizes(model):
   """(trainable parameters, training batch size) of a registered model; its layers built abstractly."""
-  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
-  p = trainer.BuildModelParams(model)
+  p = run_params.BuildModelParams(model)
   with base_layer.AbstractVariables():
     task = p.task.Instantiate()
   return base_layer.NumParams(task), p.input.batch_size

@@ -67,7 +67,7 @@ def SocketBytes(pids):
 
 def _Client(args):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
+  from lingpipe.model import model_registry  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import mirrors  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top

@@ -94,11 +94,11 @@ import numpy as np  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from lingpipe.core import context  # pylint: disable=g-import-not-at-top
-from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
-from lingpipe.gpipe import partition  # pylint: disable=g-import-not-at-top
 from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-from lingpipe.gpipe import remat as remat_lib  # pylint: disable=g-import-not-at-top
 from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
+from lingpipe.gpipe.engine import remat as remat_lib  # pylint: disable=g-import-not-at-top
+from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
+from lingpipe.gpipe.planner import partition  # pylint: disable=g-import-not-at-top
 from lingpipe.layers import linear  # pylint: disable=g-import-not-at-top
 from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
 

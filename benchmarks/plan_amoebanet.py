@@ -6,7 +6,7 @@ r"""The memory planner and its speed model against the GPipe paper's AmoebaNet-D
 Memory (section `memory`). The paper's columns: 8 GB accelerators, 224 x 224 images, batches of 128, and the
 largest AmoebaNet-D(L, F) that fits: without GPipe (naive, K=1), with re-materialization on one accelerator, and on
 2, 4 and 8 partitions. For each column this tool keeps the paper's L and asks the planner
-(lingpipe/gpipe/memory_plan.py) for the largest F (a multiple of --filters_step) whose fullest device fits, over
+(lingpipe/gpipe/planner/memory_plan.py) for the largest F (a multiple of --filters_step) whose fullest device fits, over
 M in --micro_batches (naive: M=1, no re-computation), with the cells cut to balance flops (GPipe's partitioning
 balances estimated cost). Activations are the planner's: what each layer's backward reads, traced, in --fprop_dtype
 (bfloat16 by default, as on the paper's TPUs), kept as a fusing compiler keeps them (--kept=fused; XLA, as the
@@ -84,7 +84,7 @@ class Planner:
     self.described = {}
 
   def Describe(self, num_cells, filters):
-    from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+    from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
     a = self.args
     if (num_cells, filters) not in self.described:
       layers, softmax = Layers(num_cells, filters, a.image_size)
@@ -95,8 +95,8 @@ class Planner:
 
   def Peak(self, num_cells, filters, k, remat, micro_batches, accounting):
     """(bytes of the fullest device, M) at the M of `micro_batches` that needs least."""
-    from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
-    from lingpipe.gpipe import partition  # pylint: disable=g-import-not-at-top
+    from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
+    from lingpipe.gpipe.planner import partition  # pylint: disable=g-import-not-at-top
     layers, softmax = self.Describe(num_cells, filters)
     counts = partition.BalanceByCost(list(layers.flops), k)
     bounds = [sum(counts[:i]) for i in range(k + 1)]
@@ -137,7 +137,7 @@ class Planner:
 
 
 def MemorySection(args):
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   memory = memory_plan.ParseBytes(args.device_memory)
   micro = [int(m) for m in args.micro_batches.split(',') if m and args.batch % int(m) == 0]
   planner = Planner(args)
@@ -165,7 +165,7 @@ def MemorySection(args):
 
 def PaperModels(planner, micro):
   """The planner's activations of the paper's own naive-1 and pipeline-1 models beside the paper's figures."""
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   print('\nThe paper\'s own models: the planner\'s activation memory (stash and working set of the fullest device) '
         'against the paper\'s peak activation memory')
   for column, num_cells, k, remat, filters, _ in COLUMNS[:2]:
@@ -179,8 +179,8 @@ def PaperModels(planner, micro):
 
 def MeasuredSpeedups(layers, input_shapes, batch, ks, ms, times):
   """{(K, M): (flops prediction, measured-times prediction)} of GPipe with remat 'always', cells cut by flops."""
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import partition  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import partition  # pylint: disable=g-import-not-at-top
   described = memory_plan.DescribeLayers(layers, input_shapes, trace=False)
   out = {}
   for k in ks:
@@ -193,14 +193,14 @@ def MeasuredSpeedups(layers, input_shapes, batch, ks, ms, times):
 
 
 def _Scaled(times, factor, batch_size):
-  from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
   return layer_times.Times(batch_size, tuple(t * factor for t in times.forward),
                            tuple(t * factor for t in times.backward))
 
 
 def SpeedSection(args):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
   a = args
   layers, _ = Layers(a.speed_cells, a.speed_filters, a.image_size)
   shapes = [a.speed_batch, a.image_size, a.image_size, 3]
@@ -248,8 +248,8 @@ def Validate(args, num_cells=6, filters=32, image_size=64, batch=32, rounds=7):
   """Measured against predicted step of a small AmoebaNet-D as a real PipeliningLayer, K=1, against the plain
   model: what the measured-times model adds over flops (small micro-batches, re-computation) checked here."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
   from lingpipe.layers import sequential  # pylint: disable=g-import-not-at-top
   layers, _ = Layers(num_cells, filters, image_size)

@@ -16,8 +16,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from lingpipe.gpipe import memory_plan
-from lingpipe.gpipe import partition
+from lingpipe.gpipe.planner import memory_plan
+from lingpipe.gpipe.planner import partition
 
 import workloads  # pylint: disable=g-import-not-at-top
 

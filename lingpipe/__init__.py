@@ -38,9 +38,9 @@ _EXPORTS = {
     'TransformerLayer': 'lingpipe.layers.transformer',
 }
 _MODULES = {
-    'base_input_generator': 'lingpipe.core', 'base_layer': 'lingpipe.core', 'base_model_params': 'lingpipe.core',
-    'base_task': 'lingpipe.core', 'context': 'lingpipe.core', 'errors': 'lingpipe.core',
-    'hyperparams': 'lingpipe.core', 'lr_schedule': 'lingpipe.core', 'model_registry': 'lingpipe.core',
+    'base_input_generator': 'lingpipe.core', 'base_layer': 'lingpipe.core', 'base_model_params': 'lingpipe.model',
+    'base_task': 'lingpipe.model', 'context': 'lingpipe.core', 'errors': 'lingpipe.core',
+    'hyperparams': 'lingpipe.core', 'lr_schedule': 'lingpipe.core', 'model_registry': 'lingpipe.model',
     'optimizer': 'lingpipe.core', 'weight_init': 'lingpipe.core', 'cluster': 'lingpipe.distributed',
     'remote': 'lingpipe.distributed',
 }

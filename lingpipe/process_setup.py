@@ -14,5 +14,15 @@ def SetUpProcess():
   native_log.ImportTensorFlow()
   from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
   memory_stats.EnableAllocatorStats()
-  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  pipelining_layer.DisableFunctionSpecialization()
+  DisableFunctionSpecialization()
+
+
+def DisableFunctionSpecialization():
+  """Turns off grappler's function optimizer for this process (a global TensorFlow setting).
+
+  It specializes a function for each call site whose constant inputs or unused outputs differ, so a pipeline's
+  M x K cell calls are instantiated and optimized one by one and time to first step grows linearly with M. Step time
+  does not change: the cell functions are not inlined anyway.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.config.optimizer.set_experimental_options({'function_optimization': False})

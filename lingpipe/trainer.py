@@ -14,13 +14,13 @@ Errors in what the user gave (unknown model, bad override, unusable checkpoint, 
 exit with status 1; --verbose adds the traceback and TensorFlow's own log lines.
 """
 
-import os
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
 from lingpipe import binary
 from lingpipe import process_setup
+from lingpipe.runners import run_params
 
 MODES = ('train', 'eval', 'decode', 'export', 'inspect', 'profile', 'list')
 
@@ -69,73 +69,11 @@ flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors and Tenso
 FLAGS = flags.FLAGS
 
 
-def _ReadParamsFile(path):
-  """The text of a params file, or one line naming the path and why it cannot be read."""
-  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
-  try:
-    with open(path, encoding='utf-8') as f:
-      return f.read()
-  except FileNotFoundError as e:
-    raise errors.DataFileNotFoundError('--model_params_file_override: no file %s.' % path) from e
-  except UnicodeDecodeError as e:
-    raise errors.ConfigError('--model_params_file_override: %s is not params text (not UTF-8 at byte %d); give '
-                             "a file of 'a.b : value' lines such as a logdir's params.txt." % (path, e.start)) from e
-  except OSError as e:
-    raise errors.ConfigError('--model_params_file_override: cannot read %s: %s.' % (path, e.strerror)) from e
-
-
-# Params the trainer sets from its flags: overriding them would be recorded in params.txt but not applied.
-_DERIVED = (('model', '--model'), ('dataset', '--eval_dataset (eval and decode; training reads Train)'))
-
-
-def BuildModelParams(model, dataset='Train', params_file=None, override='', max_steps=None, seed=None,
-                     auto_pipeline=False):
-  """The registered model's params for `dataset` with the file and text overrides, max_steps and seed applied;
-  with `auto_pipeline`, the pipeline fields the overrides leave are 'auto' (runners/pipeline_choice.py)."""
-  return _BuildParams(model, dataset, params_file, override, max_steps, seed, auto_pipeline=auto_pipeline)[0]
-
-
-def BuildRunParams(logdir, model, dataset='Train', params_file=None, override='', max_steps=None, seed=None):
-  """(params, a line saying what was taken from the run, or None): BuildModelParams, with the task values the run
-  in `logdir` recorded taken before the overrides (recorded_params.py), as eval, decode and export need."""
-  from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
-  return _BuildParams(model, dataset, params_file, override, max_steps, seed, (
-      os.path.join(logdir, checkpointer.PARAMS_FILE), checkpointer.RecordedParamsText(logdir)))
-
-
-def _BuildParams(model, dataset, params_file, override, max_steps, seed, recorded=None, auto_pipeline=False):
-  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
-  from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import recorded_params  # pylint: disable=g-import-not-at-top
-  p = model_registry.GetParams(model, dataset)
-  adopted = recorded_params.Adopt(p, recorded[1]) if recorded else None
-  if auto_pipeline:
-    from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
-    if not pipeline_choice.SetAuto(p):
-      raise errors.ConfigError('--pipeline=auto: model %s has no PipeliningLayer to configure.' % model)
-  for what, text in (('--model_params_file_override=%s' % params_file, _ReadParamsFile(params_file)
-                      if params_file else ''), ('--model_params_override', override)):
-    if not text:
-      continue
-    p.FromText(text)
-    for name, flag in _DERIVED:
-      expected = model if name == 'model' else dataset
-      if p.Get(name) != expected:
-        raise errors.ConfigError('%s sets %s to %r, but %s is set by %s (here %r); nothing was written. Remove it '
-                                 'from the override.' % (what, name, p.Get(name), name, flag, expected))
-  if max_steps is not None:
-    p.task.train.max_steps = max_steps
-  if seed is not None:
-    p.task.random_seed = seed
-    p.input.seed = seed
-  return p, recorded_params.Note(p, recorded[0], *adopted) if recorded else None
-
-
 def Run(argv=None, out=None):
   """Runs the mode given by FLAGS; returns what the mode returns."""
   del argv
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
-  from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
+  from lingpipe.model import model_registry  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import decoder  # pylint: disable=g-import-not-at-top
@@ -164,11 +102,11 @@ def Run(argv=None, out=None):
   params_args = (FLAGS.model, dataset, FLAGS.model_params_file_override, FLAGS.model_params_override,
                  FLAGS.max_steps, FLAGS.seed)
   if FLAGS.mode in ('eval', 'decode', 'export', 'profile'):  # The run's task params, as it was trained.
-    p, note = BuildRunParams(FLAGS.logdir, *params_args)
+    p, note = run_params.BuildRunParams(FLAGS.logdir, *params_args)
     if note:
       print(note, file=out, flush=True)
   else:
-    p = BuildModelParams(*params_args, auto_pipeline=FLAGS.pipeline == 'auto')
+    p = run_params.BuildModelParams(*params_args, auto_pipeline=FLAGS.pipeline == 'auto')
   if FLAGS.job:
     p.cluster.job = FLAGS.job
   ChoosePipeline(p, out)

@@ -92,12 +92,13 @@ def _MemoryBudget(config, name):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import memory_cgroup  # pylint: disable=g-import-not-at-top
   gpus = tf.config.list_physical_devices('GPU')
   if gpus and FLAGS.memory_limit:
     limit = byte_sizes.Parse(FLAGS.memory_limit, '--memory_limit')
     for _ in gpus:
       config.gpu_options.experimental.virtual_devices.add(memory_limit_mb=[limit // 2**20])
-    return memory_budget.Budget(limit, '--memory_limit', "TensorFlow's per-GPU memory_limit")
+    return memory_cgroup.Budget(limit, '--memory_limit', "TensorFlow's per-GPU memory_limit")
   if FLAGS.memory_limit:
     byte_sizes.Parse(FLAGS.memory_limit, '--memory_limit')  # A bad value is one line.
   budget = memory_budget.Current()  # Applied before TensorFlow loaded (binary.py), where this process is a binary.

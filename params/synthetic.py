@@ -1,18 +1,18 @@
 """Models on generated data: they need no files and train in seconds (framework checks, the quick start)."""
 
-from lingpipe.core import base_model_params
-from lingpipe.core import model_registry
-from lingpipe.core import optimizer
 from lingpipe import keras as lingpipe_keras
+from lingpipe.core import optimizer
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import linear
 from lingpipe.layers import sequential
 from lingpipe.layers import transformer
+from lingpipe.model import base_model_params
+from lingpipe.model import model_registry
 from lingpipe.tasks import classifier
+from lingpipe.tasks.keras import models as keras_models
 from lingpipe.tasks.synthetic import dense_stack
 from lingpipe.tasks.synthetic import input_generator
 from lingpipe.tasks.synthetic import sequence_input
-from lingpipe.tasks.keras import models as keras_models
 from lingpipe.tasks.synthetic import sequence_tagger
 
 

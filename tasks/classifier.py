@@ -2,10 +2,10 @@
 
 import tensorflow as tf
 
-from lingpipe.core import base_task
 from lingpipe.core import errors
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.layers import softmax
+from lingpipe.model import base_task
 
 
 class Classifier(base_task.BaseTask):

@@ -5,13 +5,13 @@ import tensorflow as tf
 
 from lingpipe.core import base_layer
 from lingpipe.core import context
-from lingpipe.core import model_registry
 from lingpipe.core import weight_init
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import linear
 from lingpipe.layers import sequential
+from lingpipe.model import model_registry
 
 
 class SkipProjection(base_layer.BaseLayer):

@@ -7,9 +7,9 @@ import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import errors
-from lingpipe.core import model_registry
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.layers import batch_norm
+from lingpipe.model import model_registry
 from lingpipe.tasks.image import amoebanet
 from lingpipe.tasks.image import amoebanet_ops
 from lingpipe.tasks.image import amoebanet_specs

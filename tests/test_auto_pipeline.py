@@ -1,15 +1,15 @@
 """--pipeline=auto and 'auto' pipeline fields: chosen within the budget, fixed fields kept, recorded and reused,
-and what is chosen trains as the plain model does (gpipe/auto_config.py, runners/pipeline_choice.py)."""
+and what is chosen trains as the plain model does (gpipe/planner/auto_config.py, runners/pipeline_choice.py)."""
 
 import os
 
 import pytest
 
-from lingpipe import trainer
 from lingpipe.core import errors
-from lingpipe.gpipe import auto_config
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe import schedule as schedule_lib
+from lingpipe.gpipe.planner import auto_config
+from lingpipe.runners import run_params
 import pipeline_test_util as util
 from test_transparency import _Batch, _DIM, _Plain, _Train
 from trainer_test_util import RunTrainer
@@ -18,16 +18,17 @@ _MODEL = 'synthetic.DeepMlpGPipe'
 
 
 def test_pipeline_fields_take_auto_from_text_and_refuse_near_misses():
-  p = trainer.BuildModelParams(_MODEL, override="task.network.num_splits='auto';task.network.num_micro_batches='auto'")
+  p = run_params.BuildModelParams(
+      _MODEL, override="task.network.num_splits='auto';task.network.num_micro_batches='auto'")
   assert p.task.network.num_splits == 'auto' and p.task.network.num_micro_batches == 'auto'
   with pytest.raises(errors.ConfigError, match=r"cannot use \"'autoo'\"; expected 'auto' or an int >= 1"):
-    trainer.BuildModelParams(_MODEL, override="task.network.num_splits='autoo'")
+    run_params.BuildModelParams(_MODEL, override="task.network.num_splits='autoo'")
   with pytest.raises(errors.ConfigError, match=r"0 is not allowed; expected 'auto' or an int >= 1"):
-    trainer.BuildModelParams(_MODEL, override='task.network.num_micro_batches=0')
+    run_params.BuildModelParams(_MODEL, override='task.network.num_micro_batches=0')
 
 
 def test_a_balance_list_in_text_is_a_list():
-  p = trainer.BuildModelParams(_MODEL, override='task.network.balance=[1,7]')
+  p = run_params.BuildModelParams(_MODEL, override='task.network.balance=[1,7]')
   assert p.task.network.balance == [1, 7]
 
 

@@ -1,9 +1,9 @@
 """Each backward of a plan is bound once to one strategy, and each forward that keeps its activations to the
 strategy its backward uses."""
 
-from lingpipe.gpipe import backward_kinds as kinds
 from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule
+from lingpipe.gpipe.engine import backward_kinds as kinds
 
 
 def _Bound(plan, saves=False):

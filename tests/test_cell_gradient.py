@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 
-from lingpipe.gpipe import cell_gradient
-from lingpipe.gpipe import tensor_lists
+from lingpipe.gpipe.engine import cell_gradient
+from lingpipe.gpipe.engine import tensor_lists
 import pipeline_test_util as util
 
 

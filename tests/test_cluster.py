@@ -3,8 +3,8 @@
 import pytest
 
 from lingpipe.core import errors
-from lingpipe.core import model_registry
 from lingpipe.distributed import cluster
+from lingpipe.model import model_registry
 
 
 def test_logical_devices_exist():

@@ -11,7 +11,6 @@ import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import errors
-from lingpipe.core import model_registry
 from lingpipe.core import optimizer
 from lingpipe.distributed import cluster
 from lingpipe.distributed import mirrors
@@ -20,6 +19,7 @@ from lingpipe.distributed import replicas
 from lingpipe.layers import batch_norm
 from lingpipe.layers import dropout
 from lingpipe.layers import linear
+from lingpipe.model import model_registry
 from lingpipe.runners import train_loop
 import pipeline_test_util as util
 

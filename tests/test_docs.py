@@ -61,3 +61,29 @@ def test_every_benchmark_block_names_the_command_that_regenerates_it():
   for key, block in blocks:
     assert 'Command: `%s`' % key in block, key
     assert re.search(r'Commit: \w+.*; CPU: .+; \d{4}-\d\d-\d\d\.', block), key
+
+
+def _Defined():
+  """Every function, method and class name defined under lingpipe/, and its module names."""
+  names, modules = set(), set()
+  for path in glob.glob(os.path.join(ROOT, 'lingpipe', '**', '*.py'), recursive=True):
+    modules.add(os.path.splitext(os.path.basename(path))[0])
+    names.update(re.findall(r'^\s*(?:def|class) (\w+)', open(path, encoding='utf-8').read(), flags=re.M))
+  return names, modules
+
+
+def test_the_design_diagram_names_what_the_code_calls():
+  """docs/design.md's "One GPipe step" draws the path of a training step: each call it names is defined, each
+  module it names exists, and each file it points at is there."""
+  text = open(os.path.join(ROOT, 'docs', 'design.md'), encoding='utf-8').read()
+  diagram = re.search(r'## One GPipe step\n\n```\n(.*?)```', text, flags=re.S).group(1)
+  names, modules = _Defined()
+  calls = (re.findall(r'\b(?:(\w+)\.)?([A-Z_]\w*)\(', diagram) + re.findall(r'\b(\w+)\.([A-Z]\w+)\b', diagram) +
+           [('', name) for name in re.findall(r'(?<![\w.])(_[A-Z]\w+)', diagram)])
+  objects = {'task', 'layer', 'network', 'functions'}  # instances, not modules
+  missing = ['%s.%s' % (owner, name) if owner else name for owner, name in calls
+             if name not in names or (owner and owner not in modules | objects and owner not in names)]
+  assert not missing, 'docs/design.md names what the code does not define: %s' % sorted(set(missing))
+  files = re.findall(r'\b(lingpipe/[\w/]+\.py)', diagram)
+  assert files and not [f for f in files if not os.path.exists(os.path.join(ROOT, f))], files
+  assert 'FPropWithLoss' in diagram and 'train_step' in diagram

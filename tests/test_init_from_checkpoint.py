@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lingpipe.core import errors
-from lingpipe.core import model_registry
+from lingpipe.model import model_registry
 from lingpipe.runners import init_from_checkpoint
 from lingpipe.runners import train_loop
 

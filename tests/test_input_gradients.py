@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.gpipe import pipelining_layer
-from lingpipe.gpipe import remat
+from lingpipe.gpipe.engine import remat
 import pipeline_test_util as util
 
 

@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import keras
 import lingpipe.keras as lk
-from lingpipe.keras import builder as lk_builder
 from lingpipe.core import errors
+from lingpipe.keras import builder as lk_builder
 from lingpipe.tasks.keras import data
 from lingpipe.tasks.keras import models
 import trainer_test_util as trainer_util

@@ -2,8 +2,8 @@
 
 import pytest
 
-from lingpipe.gpipe import layer_times
-from lingpipe.gpipe import memory_plan
+from lingpipe.gpipe.planner import layer_times
+from lingpipe.gpipe.planner import memory_plan
 from lingpipe.layers import linear
 import pipeline_test_util as util
 

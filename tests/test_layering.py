@@ -1,43 +1,110 @@
-"""The package's layers import downwards only: core is the foundation, distributed builds on it, gpipe on both."""
+"""The package's layers import downwards only, and no module imports itself through others.
+
+core is the foundation; distributed builds on it; gpipe on both, its engine (what runs a step) and planner (what
+predicts one) on gpipe's leaf modules (the plan, the schedules, the timeline); model (a registered model's params,
+task and registry) on core and distributed.
+"""
 
 import ast
+import glob
 import os
 
 import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lingpipe')
 ALLOWED = {  # package -> the lingpipe packages its modules may import
-    'core': {'core', 'distributed'},
+    'core': {'core'},
     'distributed': {'core', 'distributed'},
     'gpipe': {'core', 'distributed', 'gpipe'},
     'layers': {'core', 'layers'},
+    'model': {'core', 'distributed', 'model'},
+}
+# gpipe's modules that its rooms may import: the leaves below the layer.
+_GPIPE_LEAVES = {'gpipe.plan', 'gpipe.schedule', 'gpipe.timeline', 'gpipe.microbatch', 'gpipe.cell_params'}
+ROOMS = {  # gpipe's rooms -> the gpipe modules (or rooms) they may import
+    'gpipe/engine': _GPIPE_LEAVES | {'gpipe.engine'},
+    'gpipe/planner': _GPIPE_LEAVES | {'gpipe.engine', 'gpipe.planner', 'gpipe.call_costs'},
 }
 
 
-def _LingpipeImports(path):
-  """The lingpipe sub-packages a module imports (lingpipe.X.y -> X), at any depth of the file."""
+def _ModuleName(path):
+  name = os.path.relpath(path, os.path.dirname(ROOT))[:-3].replace(os.sep, '.')
+  return name[:-len('.__init__')] if name.endswith('.__init__') else name
+
+
+def _Imports(path):
+  """The lingpipe modules (or packages) a file imports, at any depth of the file, as dotted names."""
   tree = ast.parse(open(path).read(), path)
+  package = _ModuleName(path) if path.endswith('__init__.py') else _ModuleName(path).rpartition('.')[0]
   found = set()
   for node in ast.walk(tree):
-    names = []
-    if isinstance(node, ast.ImportFrom) and node.module:
-      names = [node.module]
+    if isinstance(node, ast.ImportFrom):
+      base = node.module or ''
+      if node.level:
+        base = package + ('.' + base if base else '')
+      if base.split('.')[0] == 'lingpipe':
+        found.update('%s.%s' % (base, alias.name) for alias in node.names)
     elif isinstance(node, ast.Import):
-      names = [alias.name for alias in node.names]
-    for name in names:
-      parts = name.split('.')
-      if parts[0] == 'lingpipe' and len(parts) > 1:
-        found.add(parts[1])
+      found.update(alias.name for alias in node.names if alias.name.split('.')[0] == 'lingpipe')
   return found
+
+
+def _Files(folder):
+  return sorted(glob.glob(os.path.join(ROOT, folder, '**', '*.py'), recursive=True))
 
 
 @pytest.mark.parametrize('package', sorted(ALLOWED))
 def test_packages_import_downwards_only(package):
-  folder = os.path.join(ROOT, package)
   bad = {}
-  for name in sorted(os.listdir(folder)):
-    if name.endswith('.py'):
-      extra = _LingpipeImports(os.path.join(folder, name)) - ALLOWED[package]
-      if extra:
-        bad[name] = sorted(extra)
+  for path in _Files(package):
+    extra = {name.split('.')[1] for name in _Imports(path) if len(name.split('.')) > 2} - ALLOWED[package]
+    if extra:
+      bad[os.path.relpath(path, ROOT)] = sorted(extra)
   assert not bad, 'lingpipe/%s imports from %s' % (package, bad)
+
+
+@pytest.mark.parametrize('room', sorted(ROOMS))
+def test_gpipe_rooms_import_only_the_leaves_and_each_other(room):
+  bad = {}
+  for path in _Files(room):
+    gpipe = {name[len('lingpipe.'):] for name in _Imports(path) if name.startswith('lingpipe.gpipe.')}
+    extra = {name for name in gpipe if not any(name == a or name.startswith(a + '.') for a in ROOMS[room])}
+    if extra:
+      bad[os.path.relpath(path, ROOT)] = sorted(extra)
+  assert not bad, 'lingpipe/%s imports %s' % (room, bad)
+
+
+def test_gpipe_top_level_holds_at_most_eight_modules_and_none_over_400_lines():
+  top = glob.glob(os.path.join(ROOT, 'gpipe', '*.py'))
+  assert len(top) <= 8, sorted(os.path.basename(p) for p in top)
+  long = {os.path.relpath(p, ROOT): n for p in _Files('gpipe') for n in [len(open(p).read().splitlines())] if n > 400}
+  assert not long, long
+
+
+def test_no_module_imports_itself_through_others():
+  """No circle among lingpipe's modules, counting imports inside functions (a package's __init__ importing its own
+  modules is not one)."""
+  modules = {_ModuleName(p): p for p in glob.glob(os.path.join(ROOT, '**', '*.py'), recursive=True)}
+  graph = {}
+  for name, path in modules.items():
+    deps = set()
+    for imported in _Imports(path):
+      module = imported if imported in modules else imported.rpartition('.')[0]
+      if module in modules and module != name and not name.startswith(module + '.'):
+        deps.add(module)
+    graph[name] = deps
+  circles, state = [], {}
+
+  def Visit(name, trail):
+    state[name] = 'open'
+    for dep in sorted(graph[name]):
+      if state.get(dep) == 'open':
+        circles.append(trail[trail.index(dep):] + [dep])
+      elif dep not in state:
+        Visit(dep, trail + [dep])
+    state[name] = 'done'
+
+  for name in sorted(graph):
+    if name not in state:
+      Visit(name, [name])
+  assert not circles, 'import circles: %s' % ['  ->  '.join(c) for c in circles]

@@ -32,10 +32,10 @@ def test_the_scale_doubles_after_growth_steps_and_halves_on_a_skipped_step():
 
 
 def test_auto_scales_float16_only():
-  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
   wanted = {}
   for dtype in ('float32', 'bfloat16', 'float16'):
-    p = trainer.BuildModelParams('synthetic.Mlp', override="task.fprop_dtype='%s'" % dtype)
+    p = run_params.BuildModelParams('synthetic.Mlp', override="task.fprop_dtype='%s'" % dtype)
     wanted[dtype] = p.task.Instantiate().CreateLossScale() is not None
   assert wanted == {'float32': False, 'bfloat16': False, 'float16': True}
 

@@ -13,11 +13,11 @@ import pytest
 
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
-from lingpipe.distributed import memory_budget
+from lingpipe.distributed import memory_cgroup
 from lingpipe.runners import local_cluster
 
 TRAINER = [sys.executable, '-m', 'lingpipe.trainer']
-_VERSION, _OWN = memory_budget.OwnCgroup()
+_VERSION, _OWN = memory_cgroup.OwnCgroup()
 needs_cgroup = pytest.mark.skipif(_OWN is None or not os.access(_OWN, os.W_OK),
                                   reason='needs a memory cgroup this user may make children in (root)')
 # A dense stack that trains in one process in about 0.4 GiB, and one that does not fit 1 GiB in one process.
@@ -55,7 +55,7 @@ def own_cgroup():
   def Left():
     deadline = time.time() + 15
     while True:
-      left = sorted(name for name in os.listdir(folder) if name.startswith(memory_budget.PREFIX))
+      left = sorted(name for name in os.listdir(folder) if name.startswith(memory_cgroup.PREFIX))
       if not left or time.time() > deadline:
         return left
       time.sleep(0.2)
@@ -86,7 +86,7 @@ def test_a_process_in_a_limited_cgroup_takes_its_limit_as_its_budget(tmp_path):
   folder = os.path.join(_OWN, 'lingpipe-test-%d' % os.getpid())
   os.mkdir(folder)
   try:
-    with open(os.path.join(folder, memory_budget._LimitFile(_VERSION)), 'w') as f:  # pylint: disable=protected-access
+    with open(os.path.join(folder, memory_cgroup._LimitFile(_VERSION)), 'w') as f:  # pylint: disable=protected-access
       f.write(str(3 * 2**30))
     code = ('from lingpipe.distributed import memory_budget as m; import json; '
             'print(json.dumps(m.Inherited()._asdict()))')

@@ -9,9 +9,9 @@ from lingpipe.core import errors
 from lingpipe.core import memory_stats
 from lingpipe.core import optimizer
 from lingpipe.core.nested_map import NestedMap
-from lingpipe.gpipe import memory_plan
 from lingpipe.gpipe import pipelining_layer
-from lingpipe.gpipe import saved_activations
+from lingpipe.gpipe.planner import memory_plan
+from lingpipe.gpipe.planner import saved_activations
 from lingpipe.layers import embedding
 from lingpipe.layers import linear
 from lingpipe.layers import transformer

@@ -16,7 +16,7 @@ from lingpipe.core import memory_stats
 _PRELUDE = textwrap.dedent('''
     import tensorflow as tf
     from lingpipe.core import errors
-    from lingpipe.gpipe import partition
+    from lingpipe.gpipe.planner import partition
     from lingpipe.layers import linear
     layers = [linear.ProjectionLayer.Params().Set(input_dim=64, output_dim=64) for _ in range(4)]
     ''')

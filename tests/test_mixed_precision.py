@@ -201,7 +201,7 @@ def test_bfloat16_halves_the_stash_and_the_planner_predicts_it():
   planner's prediction stays within 25% of the fullest step's peak in both dtypes (benchmarks/pipeline_benchmark.py
   --sections=precision prints the ratios)."""
   from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
   n, dim, batch, m = 16, 256, 2048, 8
   measured, predicted = {}, {}

@@ -2,9 +2,9 @@
 
 import pytest
 
-from lingpipe.core import base_model_params
 from lingpipe.core import errors
-from lingpipe.core import model_registry
+from lingpipe.model import base_model_params
+from lingpipe.model import model_registry
 
 
 def test_bundled_model_key_comes_from_module_path():

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingpipe.core import model_registry
 from lingpipe.distributed import cluster
+from lingpipe.model import model_registry
 import pipeline_test_util as util
 
 # Stepped in the full tier only: over 3 s a step on a 2-core machine (AmoebaNet-D about a minute).
@@ -50,8 +50,8 @@ def _Bfloat16Cases():
 def test_model_trains_one_step_in_bfloat16_by_override(name):
   """--model_params_override="task.fprop_dtype='bfloat16'" works for every registered model: its layers compute
   in bfloat16 on float32 master weights."""
-  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
-  p = trainer.BuildModelParams(name, override="task.fprop_dtype='bfloat16'")
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
+  p = run_params.BuildModelParams(name, override="task.fprop_dtype='bfloat16'")
   assert p.task.fprop_dtype == tf.bfloat16
   task = _TrainOneStep(p)
   assert all(v.dtype == tf.float32 for v in task.variables)
@@ -84,10 +84,10 @@ def _TrainOneStep(p):
 
 def test_every_pipelined_model_names_its_pipeline_task_network():
   """One override shape works for every registered model: --model_params_override="task.network.<field>=..."."""
-  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
   pipelined = util.PipelinedModels()
   for name in pipelined:
-    p = trainer.BuildModelParams(name, override='task.network.num_micro_batches=3;task.network.remat=never')
+    p = run_params.BuildModelParams(name, override='task.network.num_micro_batches=3;task.network.remat=never')
     assert (p.task.network.num_micro_batches, p.task.network.remat) == (3, 'never'), name
   assert {'image.cifar10.AmoebaNetD', 'mt.multilingual.TransformerGPipe', 'synthetic.DeepMlpGPipe'} <= set(
       pipelined)

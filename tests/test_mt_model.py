@@ -9,8 +9,8 @@ import tensorflow as tf
 from lingpipe.core import base_layer
 from lingpipe.core import context
 from lingpipe.core import errors
-from lingpipe.core import model_registry
 from lingpipe.core.nested_map import NestedMap
+from lingpipe.model import model_registry
 from lingpipe.tasks.mt import beam_search
 from lingpipe.tasks.mt import model
 import pipeline_test_util as util

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingpipe.core import model_registry
 from lingpipe.distributed import cluster
 from lingpipe.distributed import remote
+from lingpipe.model import model_registry
 from lingpipe.runners import local_cluster
 from lingpipe.runners import train_loop
 

@@ -142,8 +142,8 @@ _INTERLEAVED = 'schedule=interleaved_1f1b;task.network.virtual_stages=2'
     if 'AmoebaNet' not in name or override == 'schedule=1f1b'])
 @pytest.mark.slow
 def test_registered_models_train_a_step_with_the_loss_inside(name, override):
-  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
-  p = trainer.BuildModelParams(name, override='task.network.%s;task.network.num_micro_batches=2' % override)
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
+  p = run_params.BuildModelParams(name, override='task.network.%s;task.network.num_micro_batches=2' % override)
   p.input.batch_size = 4
   task = p.task.Instantiate()
   opt, lr = task.CreateOptimizer(), task.CreateLearningRateSchedule()

@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 from lingpipe.core import errors
-from lingpipe.gpipe import partition
+from lingpipe.gpipe.planner import partition
 from lingpipe.layers import linear
 
 

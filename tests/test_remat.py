@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import memory_stats
-from lingpipe.gpipe import remat
+from lingpipe.gpipe.engine import remat
 from lingpipe.layers import batch_norm
 from lingpipe.layers import dropout
 from lingpipe.layers import sequential

@@ -4,11 +4,11 @@ what a looped pass under remat 'never' keeps on a stack."""
 import pytest
 
 from lingpipe.core import errors
-from lingpipe.gpipe import saved_stack
-from lingpipe.gpipe import phase_loop
 from lingpipe.gpipe import plan as plan_lib
-from lingpipe.gpipe.plan import Action
 from lingpipe.gpipe import schedule
+from lingpipe.gpipe.engine import phase_loop
+from lingpipe.gpipe.engine import saved_stack
+from lingpipe.gpipe.plan import Action
 
 
 def test_the_plan_matches_the_docstring_diagram():

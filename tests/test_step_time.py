@@ -1,10 +1,10 @@
-"""The planner's step time (gpipe/step_time.py): the plan run action by action, with this machine's costs."""
+"""The planner's step time (gpipe/planner/step_time.py): the plan run action by action, with this machine's costs."""
 
 import pytest
 
 from lingpipe.gpipe import schedule
-from lingpipe.gpipe import step_time
 from lingpipe.gpipe.plan import BACKWARD, FORWARD, WEIGHT
+from lingpipe.gpipe.planner import step_time
 
 
 def _Costs(plan, forward, backward):
@@ -56,13 +56,14 @@ def test_cell_calls_and_a_split_backward_cost_what_is_measured():
 
 def test_the_terms_are_measured_here_with_the_models_own_layer():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
   import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
   layers, built = util.Tanh(3, 128), {}
   times = layer_times.Measure(layers, [64, 128], 64, repeats=1, built=built)
   unit = layer_times.HeaviestLayer(layers, [64, 128], times, built=built)
   devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
-  terms = step_time.Measure(unit, devices)
+  from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top
+  terms = step_time.Measure(unit, devices, call_costs.Measure)
   assert len(terms.concurrency) == len(devices) and terms.concurrency[0] == pytest.approx(1.0)
   assert all(0 < c <= 2 * len(devices) for c in terms.concurrency)
   assert 0 <= terms.split_backward < 5 and 0 <= terms.per_action < 1
@@ -72,13 +73,13 @@ def test_the_terms_are_measured_here_with_the_models_own_layer():
 @pytest.mark.parametrize('exact_seconds, timed', [(1e9, [8, 12, 16, 24, 48]), (0.0, [8, 16, 48])])
 def test_every_micro_batch_size_is_timed_while_it_is_cheap_the_rest_interpolated(monkeypatch, exact_seconds, timed):
   """Batch 48, M up to 6: the three anchors (48, 8 and 16) are always timed; 24 and 12 too while timing lasts."""
-  from lingpipe.gpipe import auto_config  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import auto_config  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
   import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
   sizes = []
   measure = layer_times.Measure
   monkeypatch.setattr(layer_times, 'Measure', lambda *a, **k: sizes.append(a[2]) or measure(*a, **k))
-  monkeypatch.setattr(step_time, 'Measure', lambda unit, devices: step_time.IDEAL)
+  monkeypatch.setattr(step_time, 'Measure', lambda unit, devices, call_terms: step_time.IDEAL)
   monkeypatch.setattr(auto_config, 'EXACT_SIZES_SECONDS', exact_seconds)
   monkeypatch.setattr(auto_config, 'MicroBatchChoices', lambda batch: (1, 2, 3, 4, 6))
   predicted = auto_config.Predict(util.Tanh(2, dim=16), [48, 16], 1, fixed={'remat': 'never', 'schedule': 'gpipe'})

@@ -9,7 +9,7 @@ from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule
-from lingpipe.gpipe import split_backward
+from lingpipe.gpipe.engine import split_backward
 from lingpipe.layers import batch_norm
 from lingpipe.layers import dropout
 from lingpipe.layers import linear

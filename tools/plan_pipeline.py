@@ -7,7 +7,7 @@ r"""Memory planner: which pipeline configurations of a registered model fit, and
 For every remat policy, K <= --devices and M in --micro_batches that divides the batch, it prints the predicted
 peak memory of the fullest device (weights, gradients, optimizer slots, what the schedule stashes, one
 micro-batch's working set), the bubble and the predicted speed-up over the plain model on one device, and
-recommends the fastest configuration that fits (lingpipe/gpipe/memory_plan.py says how, and what it assumes).
+recommends the fastest configuration that fits (lingpipe/gpipe/planner/memory_plan.py says how, and what it assumes).
 It builds nothing real and runs nothing: the model's layers are read from their FPropMeta and an abstract build.
 With --speed_model=measured, speed-ups come from each layer's times measured on this machine instead of flops
 (the layers are then built and run, at the batch's and each micro-batch's size).
@@ -39,19 +39,19 @@ def _Args(argv):
   parser.add_argument('--speed_model', default='flops', choices=('flops', 'measured'),
                       help='Predict speed-ups from flops, or from each layer\'s forward and backward time measured '
                       'here at the batch\'s and each micro-batch\'s size (builds the layers for real; '
-                      'lingpipe/gpipe/layer_times.py).')
+                      'lingpipe/gpipe/planner/layer_times.py).')
   return parser.parse_args(argv)
 
 
 def Plan(args, out=None):
   """Prints the table and the recommendation; returns (candidates, recommended or None)."""
-  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
 
-  p = trainer.BuildModelParams(args.model, override=args.model_params_override)
+  p = run_params.BuildModelParams(args.model, override=args.model_params_override)
   with base_layer.AbstractVariables():  # Sizes only: the task's own code fills in the pipeline's layers.
     task = p.task.Instantiate()
   pipelines = [layer for layer in task.Walk() if isinstance(layer, pipelining_layer.PipeliningLayer)]
@@ -68,7 +68,7 @@ def Plan(args, out=None):
   micro = [int(m) for m in args.micro_batches.split(',') if m]
   times = None
   if args.speed_model == 'measured':
-    from lingpipe.gpipe import layer_times  # pylint: disable=g-import-not-at-top
+    from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
     times = functools.lru_cache(maxsize=None)(lambda size: layer_times.Measure(
         layers, shapes, size, dtype=pipelines[0].fprop_dtype, batch_dim=pipe.batch_dim))
   candidates = memory_plan.Candidates(layers, shapes, args.devices, batch, micro,
@@ -106,7 +106,7 @@ def Plan(args, out=None):
 def _ProcessPeak(args, out):
   """(candidate -> the bytes that must fit --device_memory, a description of them or '')."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   processes = args.processes or ('devices' if tf.config.list_physical_devices('GPU') else 'workers')
   if processes == 'devices':
     return (lambda c: c.peak), ''

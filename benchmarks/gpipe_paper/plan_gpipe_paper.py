@@ -8,7 +8,7 @@ The paper's set-up: Transformer layers of model depth 2048, feed-forward 8192 an
 sequences of 1024 tokens, batches of 32, 16 GiB per accelerator. Its findings: re-materialization lets one
 accelerator train a 2.7x larger model (785.8M parameters, 13 layers, against 282.2M, 3 layers), and 128
 partitions a model of 83.9B parameters (1663 layers). For each set-up this tool asks the planner
-(lingpipe/gpipe/memory_plan.py) for the most layers whose fullest device fits, over M in --micro_batches:
+(lingpipe/gpipe/planner/memory_plan.py) for the most layers whose fullest device fits, over M in --micro_batches:
 
     without re-materialization, one device   K=1, M=1, remat never (the plain model)
     with re-materialization, one device      K=1, remat always
@@ -57,8 +57,8 @@ def _Args(argv):
 
 def PaperDtype():
   """The compute dtype the registered paper models declare (mt.gpipe_paper's task.fprop_dtype)."""
-  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
-  return trainer.BuildModelParams('mt.gpipe_paper.T6_8192_16').task.fprop_dtype
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
+  return run_params.BuildModelParams('mt.gpipe_paper.T6_8192_16').task.fprop_dtype
 
 
 class Model:
@@ -66,7 +66,7 @@ class Model:
 
   def __init__(self, args):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+    from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
     from lingpipe.layers import transformer  # pylint: disable=g-import-not-at-top
     self.args = args
     self.dtype = tf.as_dtype(args.fprop_dtype) if args.fprop_dtype else PaperDtype()
@@ -80,7 +80,7 @@ class Model:
     self.logit_bytes = 8
 
   def Layers(self, num_layers):
-    from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+    from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
     one = self.one
     return memory_plan.Layers(one.params * num_layers, one.flops * num_layers, one.out_bytes * num_layers,
                               one.in_bytes, one.internal_bytes * num_layers, one.compute_size)
@@ -90,7 +90,7 @@ class Model:
 
   def Peak(self, num_layers, k, m, remat):
     """Bytes of the fullest device: the planner's cells plus the tables and the logits (the docstring)."""
-    from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+    from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
     a = self.args
     counts = [num_layers // k + (1 if i < num_layers % k else 0) for i in range(k)]  # Alike layers: even cells.
     cells = memory_plan.CellMemories(self.Layers(num_layers), counts, m, remat, slots=a.optimizer_slots)
@@ -117,7 +117,7 @@ class Model:
 
 
 def Run(args, out=None):
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   model = Model(args)
   memory = memory_plan.ParseBytes(args.device_memory)
   micro = [int(m) for m in args.micro_batches.split(',') if m and args.batch % int(m) == 0]

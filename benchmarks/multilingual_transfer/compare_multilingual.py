@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 
-from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
+from lingpipe.model import model_registry  # pylint: disable=g-import-not-at-top
 from lingpipe.tasks.mt import corpus  # pylint: disable=g-import-not-at-top
 
 

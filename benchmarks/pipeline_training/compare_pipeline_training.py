@@ -42,8 +42,8 @@ import numpy as np  # pylint: disable=g-import-not-at-top,g-bad-import-order
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from lingpipe.core import hyperparams  # pylint: disable=g-import-not-at-top
-from lingpipe.core import model_registry  # pylint: disable=g-import-not-at-top
 from lingpipe.layers import batch_norm  # pylint: disable=g-import-not-at-top
+from lingpipe.model import model_registry  # pylint: disable=g-import-not-at-top
 
 
 def Train(splits, micro, remat):

@@ -12,6 +12,8 @@ import threading
 
 import tensorflow as tf
 
+from lingpipe.core import errors
+
 _STATE = threading.local()
 # Each entry: a stack of values, innermost last, with its value outside any block.
 _DEFAULTS = {'training': False, 'step_seed': None, 'micro_batch': None, 'bn_stats': None, 'exporting': False,
@@ -37,6 +39,16 @@ def _Push(name, value):
 def Training(is_training):
   """Within this block, layers behave as in training (dropout on, batch norm on batch statistics)."""
   return _Push('training', bool(is_training))
+
+
+def TrainingOrAmbient(training):
+  """A `context.Training(training)` block, or nothing when `training` is None (the ambient mode holds)."""
+  if training is None:
+    return contextlib.nullcontext()
+  if not isinstance(training, bool):
+    raise errors.ConfigError('training=%r: expected True, False or None (the ambient context.Training).' % (
+        training,))
+  return Training(training)
 
 
 def IsTraining():

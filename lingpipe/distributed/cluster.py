@@ -35,8 +35,8 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
-from lingpipe.core import param_checks
 from lingpipe.core import memory_stats
+from lingpipe.core import param_checks
 
 MESH_ORDERS = ('replica_major', 'split_major')
 GRADIENT_EXCHANGES = ('all_reduce', 'sum_on_replica_0')

@@ -21,7 +21,7 @@ import threading
 import time
 
 from lingpipe.core import byte_sizes
-from lingpipe.distributed import memory_budget
+from lingpipe.distributed import memory_cgroup
 
 
 def _WaitForExit(pid):
@@ -34,7 +34,7 @@ def _WaitForExit(pid):
     select.select([fd], [], [])
     os.close(fd)
     return
-  while memory_budget._Alive(pid):  # pylint: disable=protected-access
+  while memory_cgroup._Alive(pid):  # pylint: disable=protected-access
     time.sleep(0.2)
 
 
@@ -62,7 +62,7 @@ def _Message(name, budget, usage, facts):
 
 
 def _WriteVerdict(pid, verdict):
-  path = memory_budget.VerdictPath(pid)
+  path = memory_cgroup.VerdictPath(pid)
   os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
   tmp = '%s.tmp-%d' % (path, os.getpid())
   with open(tmp, 'w') as f:
@@ -92,7 +92,7 @@ def _Remove(folder):
 def Report(pid, budget, name, facts, oom_kills_before, remove):
   """After process `pid` ended: the line if its budget killed it, the verdict file, the cgroup removed (if
   `remove`). Returns whether the budget killed it."""
-  usage = memory_budget.Usage(budget)
+  usage = memory_cgroup.Usage(budget)
   killed = (usage.get('oom_kills') or 0) > oom_kills_before
   verdict = dict(facts, oom_killed=killed, limit=budget.limit, source=budget.source, peak=usage.get('peak'),
                  time=time.time())
@@ -113,7 +113,7 @@ def Supervise(child, budget, name, facts_fd):
   for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
     signal.signal(sig, lambda signum, unused_frame: _Forward(child, signum))
   signal.signal(signal.SIGINT, signal.SIG_IGN)  # A terminal's Ctrl-C reaches the child itself (same group).
-  before = memory_budget.Usage(budget).get('oom_kills') or 0
+  before = memory_cgroup.Usage(budget).get('oom_kills') or 0
   facts = {}
   threading.Thread(target=_ReadFacts, args=(os.fdopen(facts_fd), facts), daemon=True).start()
   while True:
@@ -143,8 +143,8 @@ def main(argv=None):
   args = parser.parse_args(argv)
   for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(sig, signal.SIG_IGN)
-  budget = memory_budget.Budget(**json.loads(args.budget))
-  before = memory_budget.Usage(budget).get('oom_kills') or 0
+  budget = memory_cgroup.Budget(**json.loads(args.budget))
+  before = memory_cgroup.Usage(budget).get('oom_kills') or 0
   facts = {}
   threading.Thread(target=_ReadFacts, args=(sys.stdin, facts), daemon=True).start()
   _WaitForExit(args.pid)

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
-from lingpipe.distributed import memory_budget
+from lingpipe.distributed import memory_cgroup
 from lingpipe.distributed import worker_memory
 
 IDENTITY_CONTAINER, IDENTITY_NAME = 'lingpipe', 'worker_identity'
@@ -84,7 +84,7 @@ _IDENTITY_KEYS = ('cluster_spec', 'job', 'task')  # What must match the trainer'
 
 def IdentityText(spec, job, task, budget=None):
   """What a worker publishes about itself: its place in the cluster, its process (named when it stops or dies) and
-  its memory budget (a memory_budget.Budget, whose usage the trainer reads)."""
+  its memory budget (a memory_cgroup.Budget, whose usage the trainer reads)."""
   return json.dumps({'cluster_spec': SpecText(spec), 'job': job, 'task': task, 'pid': os.getpid(),
                      'host': socket.gethostname(), 'memory': budget._asdict() if budget else None})
 
@@ -212,7 +212,7 @@ class RemoteCluster(cluster.Cluster):
     for task, _ in self.Tasks():
       memory = (self.identities.get(task) or {}).get('memory')
       if memory and memory.get('limit'):
-        parts.append('task %d: %s' % (task, memory_budget.Budget(**memory).Describe()))
+        parts.append('task %d: %s' % (task, memory_cgroup.Budget(**memory).Describe()))
     return '; '.join(parts)
 
   def SmallestWorkerBudget(self):

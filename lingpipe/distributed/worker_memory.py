@@ -11,14 +11,14 @@ import time
 import tensorflow as tf
 
 from lingpipe.core import byte_sizes
-from lingpipe.distributed import memory_budget
+from lingpipe.distributed import memory_cgroup
 
 NEAR_BUDGET = 0.9  # A death with the last usage above this share of the budget is named as most likely memory.
 
 
 def _Budget(mesh, task):
   memory = (mesh.identities.get(task) or {}).get('memory')
-  return memory_budget.Budget(**memory) if memory else None
+  return memory_cgroup.Budget(**memory) if memory else None
 
 
 def _Files(budget):
@@ -95,10 +95,10 @@ def DeathCause(mesh, task, last=None, wait_s=3.0):
   budget = _Budget(mesh, task)
   if identity.get('host') == socket.gethostname() and isinstance(identity.get('pid'), int) and budget:
     deadline = time.time() + wait_s
-    verdict = memory_budget.Verdict(identity['pid'])
+    verdict = memory_cgroup.Verdict(identity['pid'])
     while verdict is None and time.time() < deadline:
       time.sleep(0.1)
-      verdict = memory_budget.Verdict(identity['pid'])
+      verdict = memory_cgroup.Verdict(identity['pid'])
     if verdict is not None:
       if not verdict.get('oom_killed'):
         return None

@@ -26,8 +26,6 @@ What crosses a cell boundary is whatever the last layer of the cell returns: a t
 extra fields carry skip connections and side inputs (masks, paddings) to later cells.
 """
 
-import contextlib
-
 import numpy as np
 import tensorflow as tf
 
@@ -38,40 +36,18 @@ from lingpipe.core import param_checks
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
 from lingpipe.distributed import mirrors
-from lingpipe.gpipe import cell_functions
 from lingpipe.gpipe import cell_params
-from lingpipe.gpipe import executor
-from lingpipe.gpipe import fill_drain_step
-from lingpipe.gpipe import loss_step
-from lingpipe.gpipe import memory_plan
 from lingpipe.gpipe import microbatch
-from lingpipe.gpipe import partition
-from lingpipe.gpipe import phase_loop
 from lingpipe.gpipe import plan as plan_lib
-from lingpipe.gpipe import remat
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe import timeline
-
-
-def DisableFunctionSpecialization():
-  """Turns off grappler's function optimizer for this process (a global TensorFlow setting; a named call that the
-  binaries, the tools and the tests make, docs/guide.md).
-
-  It specializes a function for each call site whose constant inputs or unused outputs differ, so a pipeline's
-  M x K cell calls are instantiated and optimized one by one and time to first step grows linearly with M. Step time
-  does not change: the cell functions are not inlined anyway.
-  """
-  tf.config.optimizer.set_experimental_options({'function_optimization': False})
-
-
-def _TrainingScope(training):
-  """A `context.Training(training)` block, or nothing when `training` is None (the ambient mode holds)."""
-  if training is None:
-    return contextlib.nullcontext()
-  if not isinstance(training, bool):
-    raise errors.ConfigError('training=%r: expected True, False or None (the ambient context.Training).' % (
-        training,))
-  return context.Training(training)
+from lingpipe.gpipe.engine import cell_functions
+from lingpipe.gpipe.engine import executor
+from lingpipe.gpipe.engine import phase_loop
+from lingpipe.gpipe.engine import remat
+from lingpipe.gpipe.engine import step_facts
+from lingpipe.gpipe.engine import train_step
+from lingpipe.gpipe.planner import partition
 
 
 def ExpandedLayers(layers):
@@ -243,33 +219,6 @@ class PipeliningLayer(base_layer.BaseLayer):
       return tf.random.stateless_normal(shapes, [1, 2])
     return shapes.Transform(lambda s: tf.random.stateless_normal(s, [1, 2]))
 
-  def CellSummaries(self):
-    """Per cell: NestedMap(cell, layers, device, params, flops, activation_bytes, boundary_bytes).
-
-    flops and activation estimates need params.input_shapes (else they are None). activation_bytes is the sum of
-    the cell's layer outputs for one micro-batch (what re-computing one cell holds); boundary_bytes is the cell's
-    output for the whole mini-batch (what the pipeline keeps between cells).
-    """
-    shapes = self._InputShapes()
-    num_micro = self.params.num_micro_batches
-    summaries = []
-    for k in range(self._num_cells):
-      layers = self.CellLayers(k)
-      params = sum(v.shape.num_elements() for layer in layers for v in layer.trainable_variables)
-      flops = activation = boundary = None
-      if shapes is not None:
-        flops = activation = 0
-        for layer in layers:
-          meta = type(layer).FPropMeta(layer.params, shapes)
-          shapes = meta.out_shapes[0]
-          flops += meta.flops
-          activation += memory_plan.Bytes(shapes, layer.fprop_dtype.size) // num_micro
-        boundary = memory_plan.Bytes(shapes, layers[-1].fprop_dtype.size)
-      summaries.append(NestedMap(cell=k, layers=[layer.path for layer in layers], device=self._devices[k],
-                                 params=params, flops=flops, activation_bytes=activation,
-                                 boundary_bytes=boundary))
-    return summaries
-
   @classmethod
   def FPropMeta(cls, params, *input_shapes):
     units = params.cell_tpl or ExpandedLayers(params.layers)
@@ -308,7 +257,7 @@ class PipeliningLayer(base_layer.BaseLayer):
   def FProp(self, inputs, training=None):
     """The last cell's outputs. `training`: True or False, or None for the ambient `context.Training`. Training
     through FProp works for 'gpipe' only; the training call for every schedule is FPropWithLoss."""
-    with _TrainingScope(training):
+    with context.TrainingOrAmbient(training):
       return self._FProp(inputs)
 
   def _FProp(self, inputs):
@@ -327,7 +276,7 @@ class PipeliningLayer(base_layer.BaseLayer):
         # plain model, at plain speed, whatever the remat policy.
         with tf.device(self._mesh[self.Replica()][0]):
           return self.RunCell(0, inputs)
-      return fill_drain_step.TrainFProp(self, inputs)
+      return train_step.TrainFProp(self, inputs)
     return self.Forward(inputs, training=False)[0]
 
   def NeedsLoss(self):
@@ -349,12 +298,10 @@ class PipeliningLayer(base_layer.BaseLayer):
       (loss, {name: (value, weight)}), differentiable with a tape with respect to the layer's variables and the
       watched inputs.
     """
-    with _TrainingScope(training):
+    with context.TrainingOrAmbient(training):
       if not context.IsTraining() or context.IsExporting():
         return loss_fn(self._FProp(inputs), loss_inputs)
-      if not self.NeedsLoss():
-        return loss_step.LossOnDevice(self._mesh[self.Replica()][-1], self._FProp(inputs), loss_inputs, loss_fn)
-      return loss_step.FPropWithLoss(self, inputs, loss_inputs, loss_fn)
+      return train_step.FPropWithLoss(self, inputs, loss_inputs, loss_fn)
 
   def Forward(self, inputs, training, wanted=None):
     """Runs the forward phase of the schedule's plan (schedule.py, executor.py). Returns (merged outputs,
@@ -366,23 +313,23 @@ class PipeliningLayer(base_layer.BaseLayer):
     plan = schedule_lib.MakePlan(p.schedule, num_micro, self._num_cells, p.remat if training else None,
                                  self._num_devices)
     params = self.ReadParams(r)
-    if training:  # Inside the custom gradient of fill_drain_step.TrainFProp.
+    if training:  # Inside the custom gradient of train_step.TrainFProp.
       inputs, params = executor.CutFromCallerTapes(inputs, params, devices)
     # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
     padding = self.Padding(micro, num_micro, pad_rows) if training else None
     recorder = timeline.Current()
     cells = self.functions.ExecutorCells(r, params, training, padding, recorder is not None, wanted)
+    facts = step_facts.Derive(plan, cells.saving, self.LoopPhases(r))  # What the whole step reads of the plan.
     with tf.device(devices[0]):
       stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
-                 if phase_loop.Loops(plan, plan_lib.FORWARD, self.LoopPhases(r), cells.Saves(plan)) else None)
-    result = executor.Forward(plan, cells, micro, stacked, recorder=recorder, name=self.TimelineName(r),
-                              loop=self.LoopPhases(r))
+                 if facts.loops[plan_lib.FORWARD] else None)
+    result = executor.Forward(facts, cells, micro, stacked, recorder=recorder, name=self.TimelineName(r))
     if training:
       self.ApplyBatchNormMoments(result.moments)
     with tf.device(devices[-1]):
       outputs = microbatch.MergeStacked(result.outputs, p.batch_dim, pad_rows)
-    return outputs, NestedMap(plan=plan, kept=result.kept, params=params, pad_rows=pad_rows, padding=padding,
+    return outputs, NestedMap(plan=plan, facts=facts, kept=result.kept, params=params, pad_rows=pad_rows, padding=padding,
                               wanted=wanted)
 
   def LoopPhases(self, replica=0):
@@ -391,7 +338,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     hosts = {phase_loop.HostMemory(device) for device in self._mesh[replica]}
     return bool(self.params.loop_phases) and len(hosts) == 1 and None not in hosts
 
-  # -- what a step driven by the executor needs (here, loss_step.py; also Replica, ReplicaDevices, NumMicroBatches)
+  # -- what a step driven by the executor needs (here, train_step.py; also Replica, ReplicaDevices, NumMicroBatches)
   def ApplyBatchNormMoments(self, merged):
     """Hands the moments of all micro-batches ({layer path: moments.Moments}) to the task's collector, which
     moves the averages once per step (and once for all replicas); a pipeline run on its own moves them here."""

@@ -4,10 +4,10 @@
     pipelined = lingpipe.keras.Pipeline(model, num_splits=2, num_micro_batches=4)
 """
 
-from lingpipe.keras.builder import PipelineParams
 from lingpipe.keras.cut import NarrowPoints
 from lingpipe.keras.keras_layer import KerasLayer
 from lingpipe.keras.keras_layer import KerasRef
+from lingpipe.keras.network_params import PipelineParams
 from lingpipe.keras.pipeline import Pipeline
 
 __all__ = ['KerasLayer', 'KerasRef', 'NarrowPoints', 'Pipeline', 'PipelineParams']

@@ -1,4 +1,4 @@
-"""lingpipe.keras.Pipeline's fields given as 'auto', chosen when it is made (gpipe/auto_config.py).
+"""lingpipe.keras.Pipeline's fields given as 'auto', chosen when it is made (gpipe/planner/auto_config.py).
 
 The units are timed on this process's first device at the batch's and each micro-batch's size, and the fastest
 configuration whose fullest device fits `device_memory` (less the margin) is taken, among the local devices (GPUs,
@@ -9,7 +9,7 @@ from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.core import param_checks
 from lingpipe.distributed import cluster
-from lingpipe.gpipe import auto_config
+from lingpipe.gpipe.planner import auto_config
 
 AUTO = param_checks.AUTO
 _ADAM_SLOTS = 2

@@ -1,6 +1,7 @@
 """Keras models named by their builder function, so that Params (and the trainer's params.txt) can hold them.
 
-A registered model wraps a Keras model builder as `task.network = lingpipe.keras.PipelineParams(builder, ...)`:
+A registered model wraps a Keras model builder as `task.network = lingpipe.keras.PipelineParams(builder, ...)`
+(network_params.py):
 a PipeliningLayer whose units are KerasLayers, each naming the builder (its dotted name, its keyword arguments
 as literals, where to cut) and the piece of the built model it runs. The builder runs once for each distinct
 (builder, arguments, cut) (the two most recent stay cached), and every piece is copied from that one model onto
@@ -19,7 +20,6 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.core import params_text
-from lingpipe.gpipe import pipelining_layer
 from lingpipe.keras import cut
 
 
@@ -54,25 +54,3 @@ def Units(builder, builder_kwargs=None, cut_at=None, fprop_dtype=None):
   fprop_dtype = tf.as_dtype(fprop_dtype) if fprop_dtype is not None else None
   policy = 'mixed_' + fprop_dtype.name if fprop_dtype in (tf.bfloat16, tf.float16) else None
   return _Units(BuilderName(builder), repr(dict(sorted((builder_kwargs or {}).items()))), repr(cut_at), policy)
-
-
-def PipelineParams(builder, builder_kwargs=None, cut_at=None, input_shape=None, **pipeline_params):
-  """PipeliningLayer Params running the builder's model, cut where it narrows (or at `cut_at`), as KerasLayers.
-
-  The model is built when the pipeline is (after the trainer has set up its devices), not here: `layers` holds
-  one KerasLayer entry with unit=None, which the pipeline expands into one KerasLayer per piece.
-  input_shape: the shape of an input batch, batch dimension first (a list, or a dict of lists).
-  pipeline_params: num_splits, num_micro_batches, remat, schedule, balance (default 'flops', as
-    lingpipe.keras.Pipeline's where the input shape is known), ...
-  """
-  from lingpipe.keras import keras_layer  # pylint: disable=g-import-not-at-top  (keras_layer imports this file)
-  name = BuilderName(builder)
-  if input_shape is None:
-    raise errors.ConfigError('Keras model builder %r: pass input_shape=[batch, ...], the shape of one input batch.'
-                             % name)
-  shape = {k: list(v) for k, v in input_shape.items()} if isinstance(input_shape, dict) else list(input_shape)
-  layer = keras_layer.KerasLayer.Params().Set(
-      name=name.rpartition('.')[2].lower(), builder=name, builder_kwargs=dict(builder_kwargs or {}), cut_at=cut_at,
-      unit=None, input_shape=shape)
-  pipeline_params.setdefault('balance', 'flops')
-  return pipelining_layer.PipeliningLayer.Params().Set(layers=[layer], input_shapes=shape, **pipeline_params)

@@ -251,50 +251,53 @@ class Pipeline(keras.Model):
               self.name, '' if key is None else ' %r' % key, tuple(want), tuple(shape), tuple(shape[1:])))
 
   def train_step(self, data):
-    """Keras's train step; for a schedule that needs the loss inside the pipeline (1F1B: a micro-batch's backward
-    starts when its loss is known), the compiled loss and metrics run per micro-batch on the last cell.
+    """Keras's train step, through the pipeline's FPropWithLoss as every schedule trains: the compiled loss and
+    metrics run on the last cell, on the whole batch's outputs (GPipe) or per micro-batch where the schedule
+    interleaves forwards and backwards (1F1B: a micro-batch's backward starts when its loss is known).
 
-    The batch's loss is the mean of the micro-batches' (equal-sized) losses: the whole batch's loss for Keras's
-    default reduction, 'sum_over_batch_size', and regularization losses, added to each, count once.
+    Per micro-batch, the batch's loss is the mean of the micro-batches' (equal-sized) losses: the whole batch's loss
+    for Keras's default reduction, 'sum_over_batch_size', and regularization losses, added to each, count once.
     """
-    if not self.pipeline.NeedsLoss():
-      return super().train_step(data)
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
     x = keras_layer.ToLingpipe(_Tensors(self._NamedInputs(x)))
-    if tf.nest.flatten(x)[0].shape[0] is None:
-      raise errors.ConfigError(
-          'lingpipe.keras.Pipeline %r: schedule %r trains on batches of one static size, and Keras left this '
-          'one open (after a smaller last batch). Use a batch size that divides the data, or a dataset batched '
-          'with drop_remainder=True.' % (self.name, self.pipeline.params.schedule))
-    if y is None:
-      raise errors.ConfigError('lingpipe.keras.Pipeline %r: schedule %r computes the compiled loss per '
-                               'micro-batch and needs targets: fit(x, y).' % (self.name, self.pipeline.params.schedule))
-    losses = self.loss.values() if isinstance(self.loss, dict) else tf.nest.flatten(self.loss)
-    summed = [loss for loss in losses if getattr(loss, 'reduction', None) == 'sum']
-    if summed:  # The mean of the micro-batches' sums would be 1/M of the batch's sum.
-      raise errors.ConfigError(
-          "lingpipe.keras.Pipeline %r: schedule %r averages the micro-batches' losses, and %s sums over the batch "
-          "(reduction='sum'). Use reduction='sum_over_batch_size' (scale the learning rate by the batch size), "
-          "or schedule='gpipe'." % (self.name, self.pipeline.params.schedule, type(summed[0]).__name__))
-    targets = {'y': _Tensors(y)}
+    self._CheckInputShape(x)
+    rows = tf.nest.flatten(x)[0].shape[0]
+    if rows is None and self.pipeline.num_replicas > 1 and not self.pipeline.NeedsLoss():
+      # A batch of open size is padded to the batch size (call()), and the replicas' shards of the pad rows and
+      # of the targets would not line up: Keras's step runs the padded call and its loss on the real rows.
+      return super().train_step(data)
+    if rows is not None and self._batch_size is None:
+      self._batch_size = rows
+    real_rows = None
+    if self.pipeline.NeedsLoss():
+      self._CheckPerMicroBatchLoss(rows, y)
+    else:
+      self.CheckBatch(rows)
+      if rows is None and not context.IsExporting():  # As call() does: pad to the batch size, drop the pad rows.
+        x, real_rows = self._PadToBatchSize(x, True)
+    targets = {}
+    if y is not None:
+      targets['y'] = _Tensors(y)
     if sample_weight is not None:
       targets['sample_weight'] = _Tensors(sample_weight)
 
-    def MicroBatchLoss(outputs, part):
+    def Loss(outputs, part):
       y_pred = keras_layer.ToKeras(outputs)
+      if real_rows is not None:
+        y_pred = tf.nest.map_structure(lambda t: t[:real_rows], y_pred)
       weight = part.get('sample_weight')
-      loss = self.compute_loss(x=None, y=part['y'], y_pred=y_pred, sample_weight=weight, training=True)
-      self.compute_metrics(None, part['y'], y_pred, sample_weight=weight)  # Sums: per micro-batch is exact.
+      loss = self.compute_loss(x=None, y=part.get('y'), y_pred=y_pred, sample_weight=weight, training=True)
+      self.compute_metrics(None, part.get('y'), y_pred, sample_weight=weight)  # Sums: per micro-batch is exact.
       return loss, {}
 
     seed_step = self._seed_step.value
     with tf.GradientTape() as tape:
       with context.Training(True), context.StepSeed(tf.convert_to_tensor(seed_step)):
         if self.pipeline.num_replicas == 1:
-          loss, _ = self.pipeline.FPropWithLoss(x, targets, MicroBatchLoss)
+          loss, _ = self.pipeline.FPropWithLoss(x, targets, Loss)
         else:  # Equal shares: the mean of the replicas' mean losses is the batch's.
           loss = self._OnReplicas(
-              (x, targets), True, lambda shard: self.pipeline.FPropWithLoss(shard[0], shard[1], MicroBatchLoss)[0],
+              (x, targets), True, lambda shard: self.pipeline.FPropWithLoss(shard[0], shard[1], Loss)[0],
               lambda losses: tf.add_n(losses) / len(losses))
       scaled_loss = self.optimizer.scale_loss(loss)
     gradients = tape.gradient(scaled_loss, self.trainable_variables)
@@ -302,8 +305,28 @@ class Pipeline(keras.Model):
     seed_step.assign_add(1)
     loss_tracker = getattr(self, '_loss_tracker', None)  # Keras's own train_step feeds fit's 'loss' this way.
     if loss_tracker is not None:
-      loss_tracker.update_state(loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+      loss_tracker.update_state(loss, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0] if real_rows is None
+                                else real_rows)
     return self.get_metrics_result()
+
+  def _CheckPerMicroBatchLoss(self, rows, y):
+    """One line for what a schedule that computes the loss per micro-batch cannot train on."""
+    schedule = self.pipeline.params.schedule
+    if rows is None:
+      raise errors.ConfigError(
+          'lingpipe.keras.Pipeline %r: schedule %r trains on batches of one static size, and Keras left this '
+          'one open (after a smaller last batch). Use a batch size that divides the data, or a dataset batched '
+          'with drop_remainder=True.' % (self.name, schedule))
+    if y is None:
+      raise errors.ConfigError('lingpipe.keras.Pipeline %r: schedule %r computes the compiled loss per '
+                               'micro-batch and needs targets: fit(x, y).' % (self.name, schedule))
+    losses = self.loss.values() if isinstance(self.loss, dict) else tf.nest.flatten(self.loss)
+    summed = [loss for loss in losses if getattr(loss, 'reduction', None) == 'sum']
+    if summed:  # The mean of the micro-batches' sums would be 1/M of the batch's sum.
+      raise errors.ConfigError(
+          "lingpipe.keras.Pipeline %r: schedule %r averages the micro-batches' losses, and %s sums over the batch "
+          "(reduction='sum'). Use reduction='sum_over_batch_size' (scale the learning rate by the batch size), "
+          "or schedule='gpipe'." % (self.name, schedule, type(summed[0]).__name__))
 
   def _Forward(self, inputs, seed, training):
     if training and self.pipeline.NeedsLoss():

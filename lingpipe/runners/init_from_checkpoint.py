@@ -13,8 +13,8 @@ import re
 import tensorflow as tf
 
 from lingpipe.core import errors
-from lingpipe.core import model_registry
 from lingpipe.distributed import cluster
+from lingpipe.model import model_registry
 from lingpipe.runners import checkpointer
 
 

@@ -2,8 +2,8 @@
 device, bytes) and pipeline cells."""
 
 from lingpipe.distributed import cluster
-from lingpipe.gpipe import memory_plan
 from lingpipe.gpipe import pipelining_layer
+from lingpipe.gpipe.planner import memory_plan
 
 
 def VariableTable(task):
@@ -88,7 +88,7 @@ def PrintCells(pipeline, out=None, slots=0, budget=None, process=None, mesh=None
       pipeline.fprop_dtype.name), file=out)
   print('%-5s %-28s %-26s %10s %10s %14s %14s' % ('cell', 'layers', 'device', 'params', 'flops',
                                                   'act/micro-b', 'boundary'), file=out)
-  for s in pipeline.CellSummaries():
+  for s in memory_plan.CellSummaries(pipeline):
     names = [path.rsplit('/', 1)[-1] for path in s.layers]
     layers = names[0] if len(names) == 1 else '%s..%s (%d)' % (names[0], names[-1], len(names))
     print('%-5d %-28s %-26s %10s %10s %14s %14s' % (
@@ -109,7 +109,7 @@ def PrintCells(pipeline, out=None, slots=0, budget=None, process=None, mesh=None
   if process is not None:
     one = not (mesh is not None and mesh.is_remote)  # Local devices: one process; else a worker per device.
     peak_of = lambda c: max(memory_plan.ProcessPeaks(c, process.trainer if one else process.worker, one))
-  print('# Memory planner, per device, with %d optimizer slot(s) per weight (lingpipe/gpipe/memory_plan.py; '
+  print('# Memory planner, per device, with %d optimizer slot(s) per weight (lingpipe/gpipe/planner/memory_plan.py; '
         'tools/plan_pipeline.py explores K and M)%s:' % (
             slots, '; against a budget of %.0f MiB%s' % (budget / 2**20, ' per process' if process else '')
             if budget else '; give --device_memory (or workers with --memory_limit) to see whether it fits'),

@@ -2,7 +2,7 @@
 benchmark bisects on and what the planner's per-machine calibration (process_memory.py) fits.
 
 A trial runs lingpipe-train (the plain model in one process, or a trainer beside `workers` lingpipe-workers), every
-process under `cap` bytes (--memory_limit), and samples each process's charge (memory_budget.Charge: anonymous and
+process under `cap` bytes (--memory_limit), and samples each process's charge (memory_cgroup.Charge: anonymous and
 mapped memory, what its cgroup cannot reclaim) every 50 ms; it trained if the run ended with its checkpoint.
 """
 
@@ -15,7 +15,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from lingpipe.distributed import memory_budget
+from lingpipe.distributed import memory_cgroup
 from lingpipe.runners import local_cluster
 
 
@@ -35,7 +35,7 @@ def _Children(pid):
 
 
 class _Sampler:
-  """Samples the charge (memory_budget.Charge) of named processes every 50 ms; `peaks` keeps each one's largest."""
+  """Samples the charge (memory_cgroup.Charge) of named processes every 50 ms; `peaks` keeps each one's largest."""
 
   def __init__(self, pids):
     self.pids, self.peaks = dict(pids), {}
@@ -45,7 +45,7 @@ class _Sampler:
   def _Run(self):
     while not self._stop.wait(0.05):
       for name, pid in list(self.pids.items()):
-        charge = memory_budget.Charge(pid)
+        charge = memory_cgroup.Charge(pid)
         if charge:
           self.peaks[name] = max(self.peaks.get(name, 0), charge)
 

@@ -2,8 +2,8 @@
 
 A PipeliningLayer's num_splits, num_micro_batches, remat, schedule and balance may each be 'auto' (--pipeline=auto
 sets all five the overrides leave alone). The trainer measures the model's distinct layers on this machine at
-the batch's and each micro-batch's size, in the model's dtype (gpipe/layer_times.py), and takes the fastest
-configuration the planner predicts to fit the budget (gpipe/auto_config.py). The choice is written into the
+the batch's and each micro-batch's size, in the model's dtype (gpipe/planner/layer_times.py), and takes the fastest
+configuration the planner predicts to fit the budget (gpipe/planner/auto_config.py). The choice is written into the
 params, so params.txt records it (with `auto_choice` saying on what machine); a resume, an eval or an export
 reuses it without timing again.
 """
@@ -18,42 +18,20 @@ from lingpipe.core import errors
 from lingpipe.core import hyperparams
 from lingpipe.core import param_checks
 from lingpipe.core import params_text
-from lingpipe.gpipe import auto_config
 from lingpipe.gpipe import pipelining_layer
+from lingpipe.gpipe.planner import auto_config
 from lingpipe.runners import recorded_params
+from lingpipe.runners import run_params
 
 AUTO = param_checks.AUTO
 FIELDS = pipelining_layer.AUTO_FIELDS
 _PLACEHOLDERS = dict(num_splits=1, num_micro_batches=1, remat='always', schedule='gpipe', balance='uniform')
 
 
-def _Pipelines(params, path='') -> List[Tuple[str, hyperparams.Params]]:
-  """(path, params) of every PipeliningLayer's Params in a tree of Params."""
-  found = []
-  if isinstance(params, hyperparams.Params):
-    if 'cell_tpl' in params and 'num_splits' in params and 'auto_choice' in params:
-      found.append((path, params))
-    for name, value in params.IterParams():
-      found.extend(_Pipelines(value, '%s.%s' % (path, name) if path else name))
-  elif isinstance(params, (list, tuple)):
-    for i, value in enumerate(params):
-      found.extend(_Pipelines(value, '%s[%d]' % (path, i)))
-  return found
-
-
-def SetAuto(p):
-  """Sets the five fields of every pipeline in model params `p` to 'auto' (--pipeline=auto, before overrides);
-  returns how many pipelines there are."""
-  pipelines = _Pipelines(p.task)
-  for _, pipe in pipelines:
-    for name in FIELDS:
-      pipe.Set(**{name: AUTO})
-  return len(pipelines)
-
-
 def Pending(p) -> List[Tuple[str, hyperparams.Params]]:
   """(path, params) of the pipelines of model params `p` with a field still 'auto'."""
-  return [(path, pipe) for path, pipe in _Pipelines(p.task, 'task') if any(pipe.Get(n) == AUTO for n in FIELDS)]
+  return [(path, pipe) for path, pipe in run_params.Pipelines(p.task, 'task')
+          if any(pipe.Get(n) == AUTO for n in FIELDS)]
 
 
 def MachineKey(num_devices):
@@ -106,7 +84,7 @@ def _Layers(p, path, pipe):
   model params `p` with its 'auto' fields at placeholder values (the task's own code fills in the layers)."""
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
   view = p.Copy()
-  view_pipe = dict(_Pipelines(view.task, 'task'))[path]
+  view_pipe = dict(run_params.Pipelines(view.task, 'task'))[path]
   for name in FIELDS:
     if view_pipe.Get(name) == AUTO:
       view_pipe.Set(**{name: _PLACEHOLDERS[name]})
@@ -153,7 +131,7 @@ def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_tex
                              '--pipeline_devices=%d or fewer cells.' % (path, fixed['num_splits'], num_devices,
                                                                           fixed['num_splits']))
   layers, shapes, batch_dim, fprop_dtype, net = _Layers(p, path, pipe)
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   start = datetime.datetime.now()
   choice = auto_config.ChooseFor(layers, shapes, num_devices, fixed, budget, peak_of, fprop_dtype,
                                  dtype_size=net.params.dtype.size,
@@ -187,11 +165,12 @@ def Budget(p, device_memory=None, on_gpus=False, out=None):
   a device's peak must fit it; on CPUs the logical devices share one process, whose peak is predicted from the
   devices' sum by this machine's measured process model (runners/process_memory.py)."""
   from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import memory_cgroup  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
   if device_memory:
     budget = byte_sizes.Parse(device_memory, '--device_memory')
   else:
-    own = memory_budget.Current() or memory_budget.Inherited()
+    own = memory_budget.Current() or memory_cgroup.Inherited()
     budget = own.limit if own else None
   if budget is None:
     return None, None, 'device peak'
@@ -200,7 +179,7 @@ def Budget(p, device_memory=None, on_gpus=False, out=None):
   replicas = max(1, p.cluster.num_replicas)
   devices_sum = lambda c: replicas * sum(cell.peak for cell in c.cells)
   calibration = process_memory.Load()
-  if calibration is None and memory_budget.OwnCgroup()[1] is not None:
+  if calibration is None and memory_cgroup.OwnCgroup()[1] is not None:
     calibration = process_memory.LoadOrCalibrate(out)
   if calibration is None:
     print('This machine has no memory cgroup to measure a process by: the budget is compared with the devices\' '

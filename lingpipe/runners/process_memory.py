@@ -78,11 +78,11 @@ _K2 = "task.network.num_splits=2;task.network.num_micro_batches=4;task.network.r
 def DevicePeaks(model, override):
   """The planner's allocator peak of each device (bytes) of `model` with params `override`, in its own
   configuration (the first PipeliningLayer's K, M, remat, schedule and cut)."""
-  from lingpipe import trainer  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  p = trainer.BuildModelParams(model, override=override)
+  p = run_params.BuildModelParams(model, override=override)
   with base_layer.AbstractVariables():
     task = p.task.Instantiate()
   net = [layer for layer in task.Walk() if isinstance(layer, pipelining_layer.PipeliningLayer)][0]
@@ -160,7 +160,7 @@ def Advice(p, budget, num_devices, remote):
   (or how many devices would fit), or '' where this machine has no calibration or the model no pipeline. Said when
   a process runs out of memory."""
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
   calibration = Load()
   if calibration is None or not budget:

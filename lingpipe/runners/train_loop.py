@@ -11,8 +11,8 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
-from lingpipe.distributed import mirrors
 from lingpipe.distributed import memory_budget
+from lingpipe.distributed import mirrors
 from lingpipe.distributed import remote
 from lingpipe.distributed import worker_memory
 from lingpipe.runners import batch_function

@@ -1,19 +1,19 @@
 """CIFAR-10 image classification: registered models image.cifar10.*."""
 
-from lingpipe.core import base_model_params
+from lingpipe import keras as lingpipe_keras
 from lingpipe.core import lr_schedule
-from lingpipe.core import model_registry
 from lingpipe.core import optimizer
 from lingpipe.gpipe import pipelining_layer
-from lingpipe import keras as lingpipe_keras
 from lingpipe.layers import batch_norm
+from lingpipe.model import base_model_params
+from lingpipe.model import model_registry
+from lingpipe.params.image import imagenet
 from lingpipe.tasks.image import amoebanet
 from lingpipe.tasks.image import amoebanet_specs
 from lingpipe.tasks.image import classifier
 from lingpipe.tasks.image import input_generator
 from lingpipe.tasks.image import resnet
 from lingpipe.tasks.keras import models as keras_models
-from lingpipe.params.image import imagenet
 
 
 class _Cifar10(base_model_params.SingleTaskModelParams):

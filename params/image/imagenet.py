@@ -8,12 +8,12 @@ label smoothing 0.1, batch norm decay 0.9997, drop-path keep 0.7 reached at the 
 keep 0.5, an auxiliary head weighted 0.4 and gradient clipping at 10.
 """
 
-from lingpipe.core import base_model_params
 from lingpipe.core import lr_schedule
-from lingpipe.core import model_registry
 from lingpipe.core import optimizer
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import batch_norm
+from lingpipe.model import base_model_params
+from lingpipe.model import model_registry
 from lingpipe.tasks.image import amoebanet
 from lingpipe.tasks.image import amoebanet_specs
 from lingpipe.tasks.image import classifier

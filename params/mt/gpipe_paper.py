@@ -9,7 +9,7 @@ paper's TPUs do (their matrix units take bfloat16); benchmarks/gpipe_paper/plan_
 memory claims in that dtype.
 """
 
-from lingpipe.core import model_registry
+from lingpipe.model import model_registry
 from lingpipe.params.mt import multilingual
 
 MODEL_DIM, VOCAB_SIZE, HEAD_DIM = 1024, 64000, 64

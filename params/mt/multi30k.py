@@ -10,7 +10,7 @@ LINGPIPE_MULTI30K_DIR at them, and train the shared vocabulary once:
 
 import os
 
-from lingpipe.core import model_registry
+from lingpipe.model import model_registry
 from lingpipe.params.mt import multilingual
 
 

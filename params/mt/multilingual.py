@@ -2,10 +2,10 @@
 
 import os
 
-from lingpipe.core import base_model_params
 from lingpipe.core import lr_schedule
-from lingpipe.core import model_registry
 from lingpipe.core import optimizer
+from lingpipe.model import base_model_params
+from lingpipe.model import model_registry
 from lingpipe.tasks.mt import input_generator
 from lingpipe.tasks.mt import model
 

@@ -10,7 +10,6 @@ import math
 
 import tensorflow as tf
 
-from lingpipe.core import base_task
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core import serving
@@ -19,6 +18,7 @@ from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import dropout
 from lingpipe.layers import softmax
 from lingpipe.layers import transformer
+from lingpipe.model import base_task
 from lingpipe.tasks.mt import beam_search
 from lingpipe.tasks.mt import corpus
 from lingpipe.tasks.mt import layers as mt_layers

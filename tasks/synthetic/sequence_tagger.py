@@ -2,12 +2,12 @@
 
 import tensorflow as tf
 
-from lingpipe.core import base_task
 from lingpipe.core import errors
 from lingpipe.core import serving
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.layers import embedding
 from lingpipe.layers import softmax
+from lingpipe.model import base_task
 
 
 class SequenceTagger(base_task.BaseTask):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from lingpipe.gpipe import executor
+from lingpipe.gpipe.engine import executor
 import pipeline_test_util as util
 
 

@@ -11,8 +11,8 @@ variable, where a list per tensor would make about 90 for a cell of 4 Transforme
 control-flow nodes. Forwards and backwards outside the loops keep theirs by micro-batch instead (`Pushed`).
 """
 
-from lingpipe.gpipe import phase_loop
 from lingpipe.gpipe import plan as plan_lib
+from lingpipe.gpipe.engine import phase_loop
 
 
 def _KeptOrUsed(plan, cell, phase, ticks=slice(None)):

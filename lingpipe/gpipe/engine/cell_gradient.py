@@ -30,7 +30,7 @@ from typing import Any, List, NamedTuple
 import tensorflow as tf
 from tensorflow.python.eager import backprop_util  # pylint: disable=g-direct-tensorflow-import
 
-from lingpipe.gpipe import remat
+from lingpipe.gpipe.engine import remat
 
 
 class _Pair(NamedTuple):

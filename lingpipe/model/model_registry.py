@@ -8,8 +8,8 @@ full module path (`mypkg.models.Big`); pass that to `--model` and the module is 
 import importlib
 import pkgutil
 
-from lingpipe.core import base_model_params
 from lingpipe.core import errors
+from lingpipe.model import base_model_params
 
 PARAMS_PACKAGE = 'lingpipe.params'
 

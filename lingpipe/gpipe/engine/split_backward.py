@@ -29,7 +29,7 @@ from typing import Any, List, NamedTuple
 import tensorflow as tf
 
 from lingpipe.core import errors
-from lingpipe.gpipe import remat
+from lingpipe.gpipe.engine import remat
 
 
 class Recorded(NamedTuple):

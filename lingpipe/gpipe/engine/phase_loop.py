@@ -14,7 +14,7 @@ import contextlib
 import tensorflow as tf
 
 from lingpipe.gpipe import plan as plan_lib
-from lingpipe.gpipe import tensor_lists
+from lingpipe.gpipe.engine import tensor_lists
 
 
 def SteadyTicks(phase):
@@ -85,12 +85,11 @@ def Loops(plan, phase, loop=True, saves=False):
   return start + 1, stop, step
 
 
-def RunPhase(plan, phase, run_action, state, loop, saves=False, invariant=None):
-  """state = run_action(action, micro_batch, state) for the phase's actions in plan order; with a loop, the
-  body's micro-batches are tensors. `saves`: as Loops. `invariant`: what every action reads alike (Invariant),
-  which the loop carries packed."""
+def RunPhase(plan, phase, run_action, state, looped, invariant=None):
+  """state = run_action(action, micro_batch, state) for the phase's actions in plan order; `looped`: the ticks
+  run as one loop (Loops, as step_facts.StepFacts holds it), whose body's micro-batches are tensors, or None.
+  `invariant`: what every action reads alike (Invariant), which the loop carries packed."""
   ticks = plan.Phase(phase).ticks
-  looped = Loops(plan, phase, loop, saves)
 
   def Tick(actions, state, offset=None):
     state = type(state)(*[dict(field) for field in state])  # Each tick builds new dicts: loop vars stay intact.

@@ -1,17 +1,23 @@
-"""A pipeline whose schedule needs the loss inside it (schedule.NEEDS_LOSS, e.g. '1f1b').
+"""The training step of a PipeliningLayer, for every schedule: (loss, metrics) with the plain model's gradients.
 
-In 1F1B the backward of micro-batch m starts as soon as its forward has produced its loss, before later
-micro-batches' forwards, so the loss cannot wait for the whole batch's outputs as in GPipe. `FPropWithLoss` runs
-the whole plan (forwards, per-micro-batch losses, backwards, weight-gradient sums on each cell's device) inside the
-forward of one custom gradient, and its gradient function only scales the gradients it already has by the
-incoming gradient of the loss: to the caller it is a function (inputs, variables) -> (loss, metrics) with the
-usual gradients, so a task's tape-based training step is unchanged.
+`FPropWithLoss` is the one entry (PipeliningLayer.FPropWithLoss calls it in training). What it runs depends on the
+schedule's plan:
+- A fill-drain plan (GPipe) has a forward phase and a backward phase. `TrainFProp` is one custom gradient whose
+  forward runs the forward phase (PipeliningLayer.Forward) and whose gradient runs the backward phase; the loss
+  runs after it on the whole batch's outputs, on the last cell's device (`LossOnDevice`).
+- A plan that interleaves forwards and backwards (schedule.NEEDS_LOSS: 1F1B, interleaved 1F1B, zero bubble)
+  starts micro-batch m's backward as soon as its forward has produced its loss, before later micro-batches'
+  forwards, so the loss cannot wait for the whole batch. `_Interleaved` runs the whole plan (forwards, the
+  per-micro-batch losses, backwards, the weight-gradient sums on each cell's device) inside the forward of one
+  custom gradient, and its gradient only scales the gradients it already has by the incoming gradient of the loss.
+To the caller both are a function (inputs, variables) -> (loss, metrics) with the usual gradients, so a task's
+tape-based training step is the same for every schedule.
 
-The loss of the batch is the mean of the micro-batches' losses weighted by their loss weights (metrics['loss'][1],
-e.g. examples or tokens; 1 each when absent), which equals the loss of the whole batch when the task's loss is a
-weighted mean; each micro-batch's backward starts from the gradient of w_m x loss_m, and everything is divided by
-the sum of the weights at the end (the sum is only known then). Metrics combine the same way, each by its own
-weight.
+With interleaved plans the batch's loss is the mean of the micro-batches' losses weighted by their loss weights
+(metrics['loss'][1], e.g. examples or tokens; 1 each when absent), which equals the loss of the whole batch when the
+task's loss is a weighted mean; each micro-batch's backward starts from the gradient of w_m x loss_m, and
+everything is divided by the sum of the weights at the end (the sum is only known then). Metrics combine the same
+way, each by its own weight.
 """
 
 import tensorflow as tf
@@ -19,11 +25,74 @@ import tensorflow as tf
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.distributed import replicas
-from lingpipe.gpipe import executor
 from lingpipe.gpipe import microbatch
-from lingpipe.gpipe import remat
+from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe import timeline
+from lingpipe.gpipe.engine import executor
+from lingpipe.gpipe.engine import phase_loop
+from lingpipe.gpipe.engine import remat
+from lingpipe.gpipe.engine import step_facts
+
+
+def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
+  """(loss, metrics) of PipeliningLayer `layer` in training on `inputs`: loss_fn(outputs, loss_inputs) ->
+  (loss, {name: (value, weight)}) on the last cell's device, per micro-batch where the plan interleaves."""
+  if layer.NeedsLoss():
+    return _Interleaved(layer, inputs, loss_inputs, loss_fn)
+  device = layer.ReplicaDevices(layer.Replica())[-1]
+  return LossOnDevice(device, layer.FProp(inputs, training=True), loss_inputs, loss_fn)
+
+
+def _Cells(layer, replica, params, padding, wanted):
+  """(executor.Cells of `layer`'s replica for a training step, the timeline recorder or None)."""
+  recorder = timeline.Current()
+  return layer.functions.ExecutorCells(replica, params, True, padding, recorder is not None, wanted), recorder
+
+
+def TrainFProp(layer, inputs):
+  """The outputs of PipeliningLayer `layer` in training under a fill-drain plan (GPipe): one custom gradient whose
+  forward runs the plan's forward phase and whose gradient runs its backward phase (executor.py)."""
+  p = layer.params
+  flat_inputs = tf.nest.flatten(inputs)
+  structure = {}
+  # The backward runs when the caller asks for gradients, usually outside its StepSeed and Replica blocks:
+  # re-enter them so the re-computation draws the forward's dropout masks.
+  step_seed = context.StepSeedValue()
+  # Inputs no tape watches (images, constant features) get no gradient: None, as for integer leaves.
+  wanted = remat.WantedInputGrads(flat_inputs)
+
+  @tf.custom_gradient
+  def Pipeline(*args):
+    outputs, forward = layer.Forward(tf.nest.pack_sequence_as(inputs, list(args)), True, wanted)
+    r = layer.Replica()
+    structure['outputs'] = outputs
+    flat_outputs = tf.nest.flatten(outputs)
+
+    def Grad(*dys, variables=None):
+      with context.StepSeed(step_seed), context.Replica(r):
+        return Backward(dys, variables)
+
+    def Backward(dys, variables):
+      devices = layer.ReplicaDevices(r)
+      num_micro = forward.plan.num_micro_batches
+      dy = tf.nest.pack_sequence_as(outputs, [
+          phase_loop.Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
+      cells, recorder = _Cells(layer, r, forward.params, forward.padding, forward.wanted)
+      with tf.device(devices[-1]):
+        dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
+        looped = forward.facts.loops[plan_lib.BACKWARD]
+        dy_stacked = microbatch.Stacked(dy, num_micro, p.batch_dim, forward.pad_rows) if looped else None
+      first, accumulated = executor.Backward(forward.facts, cells, dy_micro, dy_stacked, forward.kept,
+                                             recorder=recorder, name=layer.TimelineName(r))
+      by_ref = layer.GradientsByVariable(accumulated, r)
+      return (layer.MergeInputGrads(first, r, forward.pad_rows),
+              [by_ref.get(v.ref()) for v in (variables or [])])
+
+    return flat_outputs, Grad
+
+  flat_outputs = Pipeline(*flat_inputs)
+  return tf.nest.pack_sequence_as(structure['outputs'], flat_outputs)
 
 
 def _Float(t):
@@ -40,13 +109,9 @@ def _PackLoss(flat, like):
   return flat[0], {name: (flat[1 + 2 * i], flat[2 + 2 * i]) for i, name in enumerate(sorted(like))}
 
 
-def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
-  """(loss, metrics) of `layer` (a PipeliningLayer in training) on `inputs`; see the module docstring.
-
-  loss_fn(outputs, loss_inputs_part) -> (loss, {name: (value, weight)}) runs per micro-batch on the last cell's
-  device; `loss_inputs` (e.g. the labels, or the whole batch) are split into the same micro-batches along
-  dimension 0.
-  """
+def _Interleaved(layer, inputs, loss_inputs, loss_fn):
+  """FPropWithLoss under a plan that interleaves forwards and backwards: loss_fn runs per micro-batch on the last
+  cell's device, `loss_inputs` split into the same micro-batches along dimension 0 (see the module docstring)."""
   p = layer.params
   if p.pad:
     raise errors.ConfigError('Layer %s: schedule %r does not pad batches yet; use a batch size that '
@@ -88,9 +153,9 @@ def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
           (lambda g, t: tf.zeros_like(t) if g is None else g)(next(upstream), t) if _Float(t) else tf.zeros_like(t)
           for t in flat])
 
-    recorder = timeline.Current()
-    cells = layer.functions.ExecutorCells(r, params, True, None, recorder is not None, wanted)
-    first, accumulated, moments = executor.Step(plan, cells, micro, Loss, recorder=recorder,
+    cells, recorder = _Cells(layer, r, params, None, wanted)
+    facts = step_facts.Derive(plan, cells.saving, loop=False, loss=True)
+    first, accumulated, moments = executor.Step(facts, cells, micro, Loss, recorder=recorder,
                                                 name=layer.TimelineName(r))
     layer.ApplyBatchNormMoments(moments)
     with tf.device(devices[-1]):

@@ -5,8 +5,6 @@ from typing import Any, Callable, Dict, List, NamedTuple
 
 import tensorflow as tf
 
-from lingpipe.gpipe import saved_stack
-
 
 class Cells(NamedTuple):
   """What the executor runs, one entry per cell (lists indexed by cell).
@@ -22,7 +20,7 @@ class Cells(NamedTuple):
   leaf). backward[0] must compute the same ones. Later cells compute every float input gradient: the previous
   cell needs them.
   saving[k]: cell_gradient.CellGradient of forward[k]: forwards that keep their activations return them as data
-  (SavingForward) where the plan allows it (Saves), so that they can loop.
+  (SavingForward) where the plan allows it (step_facts.Derive), so that they can loop.
   """
   devices: List[str]
   params: List[List[tf.Tensor]]
@@ -32,14 +30,6 @@ class Cells(NamedTuple):
   body: List[Callable] = None
   wanted: List[bool] = None
   saving: List[Any] = None
-
-  def Saves(self, plan, loss=None):
-    """Whether the forwards of `plan` that keep their activations return them as data (SavingForward) instead of
-    keeping them on a tape, which cannot outlive a loop iteration: with `saving`, in a plan whose loss comes after
-    the forward pass (GPipe), that does not split the backward, and whose backwards use each cell's kept
-    activations last in, first out, so that they can be kept on a stack (saved_stack.py)."""
-    return (self.saving is not None and loss is None and not plan.splits_backward
-            and all(saved_stack.LastInFirstOut(plan, k) for k in range(plan.num_cells)))
 
   def Wanted(self, k):
     """Cell k's `wanted` (see above): which input gradients its backward computes, None for every float one."""
@@ -60,7 +50,8 @@ class State(NamedTuple):
   saved: Dict  # {cell: {dtype name: TensorList}}: the tensors its looped saving forwards keep, a stack per dtype
 
 
-def _EmptyState():
+def EmptyState():
+  """A State holding nothing yet: where a phase starts."""
   return State(*[{} for _ in State._fields])
 
 

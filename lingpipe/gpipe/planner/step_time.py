@@ -10,19 +10,15 @@ devices):
   concurrency      the throughput of K devices each running the same work at once, over one device's
   split_backward   a zero-bubble step (backward split in two) over a 1F1B step of the same model, less one
   per_action       seconds a cell's forward or backward costs beyond its layers' times
+The last two are measured with a real pipeline (gpipe/call_costs.py).
 """
 
 import threading
 from typing import NamedTuple, Sequence, Tuple
 
-import tensorflow as tf
-
-from lingpipe.core import base_layer
-from lingpipe.core import context
-from lingpipe.core import weight_init
-from lingpipe.gpipe import layer_times
 from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule as schedule_lib
+from lingpipe.gpipe.planner import layer_times
 
 
 class Terms(NamedTuple):
@@ -87,66 +83,11 @@ def MeasureConcurrency(run, devices, repeats=3):
                         for k in range(2, len(devices) + 1))
 
 
-class _Dense(base_layer.BaseLayer):
-  """relu(x W): the layer the call terms are measured with (gpipe builds on core alone, not on lingpipe/layers)."""
-
-  @classmethod
-  def Params(cls):
-    p = super().Params()
-    p.Define('dim', 0, 'Depth of the input and output.')
-    return p
-
-  def __init__(self, params):
-    super().__init__(params)
-    self.CreateVariable('w', weight_init.WeightParams([params.dim, params.dim]))
-
-  def FProp(self, inputs):
-    return tf.nn.relu(tf.matmul(self.ToFProp(inputs), self.theta.w))
-
-  @classmethod
-  def FPropMeta(cls, params, input_shape):
-    input_shape = tf.TensorShape(input_shape)
-    return base_layer.Meta(input_shape, 2 * input_shape[0] * params.dim * params.dim)
-
-
-def MeasureCallTerms(width=512, layers=4, batch=512):
-  """(split_backward, per_action) measured with a real pipeline of a dense stack on one device: zero bubble's
-  step over 1F1B's at M=1 less one, and what each extra cell call of 1F1B at M=8 costs beyond the layers' times at
-  the micro-batch's size."""
-  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  stack = [_Dense.Params().Set(name='l%d' % i, dim=width) for i in range(layers)]
-  inputs = tf.random.normal([batch, width], seed=2)
-
-  def Step(num_micro, schedule):
-    pipe = pipelining_layer.PipeliningLayer.Params().Set(
-        name='speed_terms', layers=[p.Copy() for p in stack], num_splits=1, num_micro_batches=num_micro,
-        remat='never', schedule=schedule).Instantiate()
-
-    def Loss(outputs, unused_targets):
-      loss = tf.reduce_mean(tf.square(outputs))
-      return loss, {'loss': (loss, 1.0)}
-
-    @tf.function(autograph=False)
-    def Run():
-      with tf.GradientTape() as tape, context.Training(True):
-        loss, _ = pipe.FPropWithLoss(inputs, inputs, Loss)
-      return tape.gradient(loss, pipe.trainable_variables)
-    return layer_times.Best(Run, 5)
-
-  one, zero_bubble, eight = Step(1, '1f1b'), Step(1, 'zero_bubble'), Step(8, '1f1b')
-  built = {}
-  whole = layer_times.Measure(stack, [batch, width], batch, built=built)
-  micro = layer_times.Measure(stack, [batch, width], batch // 8, built=built)
-  work = lambda t, m: m * (sum(t.forward) + sum(t.backward))
-  # The calls one M=1 step and one M=8 step make: a forward and a backward per micro-batch.
-  per_action = ((eight - work(micro, 8)) - (one - work(whole, 1))) / (2 * 8 - 2)
-  return max(0.0, zero_bubble / one - 1.0), max(0.0, per_action)
-
-
-def Measure(run, devices) -> Terms:
+def Measure(run, devices, call_terms) -> Terms:
   """This machine's Terms for pipelines on `devices` (logical device names, at least one), the devices'
-  concurrency measured with run(device), a unit of the model's own work (layer_times.HeaviestLayer)."""
-  split, per_action = MeasureCallTerms()
+  concurrency measured with run(device), a unit of the model's own work (layer_times.HeaviestLayer), and
+  call_terms() the (split_backward, per_action) a real pipeline measures (call_costs.Measure)."""
+  split, per_action = call_terms()
   return Terms(MeasureConcurrency(run, devices), split, per_action)
 
 

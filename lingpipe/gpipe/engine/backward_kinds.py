@@ -21,12 +21,12 @@ from typing import Any, List, NamedTuple
 
 import tensorflow as tf
 
-from lingpipe.gpipe import phase_loop
 from lingpipe.gpipe import plan as plan_lib
-from lingpipe.gpipe import remat
-from lingpipe.gpipe import split_backward
-from lingpipe.gpipe import tensor_lists
 from lingpipe.gpipe import timeline
+from lingpipe.gpipe.engine import phase_loop
+from lingpipe.gpipe.engine import remat
+from lingpipe.gpipe.engine import split_backward
+from lingpipe.gpipe.engine import tensor_lists
 
 
 class Taped(NamedTuple):

@@ -8,10 +8,10 @@ import tensorflow as tf
 
 from lingpipe.core import base_layer
 from lingpipe.core import context
-from lingpipe.gpipe import cell_gradient
-from lingpipe.gpipe import executor
-from lingpipe.gpipe import remat
 from lingpipe.gpipe import timeline
+from lingpipe.gpipe.engine import cell_gradient
+from lingpipe.gpipe.engine import executor
+from lingpipe.gpipe.engine import remat
 
 
 def _SeedGraph():

@@ -15,9 +15,9 @@ from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core import hyperparams
 from lingpipe.core import loss_scale as loss_scale_lib
-from lingpipe.core import param_checks
 from lingpipe.core import lr_schedule
 from lingpipe.core import optimizer
+from lingpipe.core import param_checks
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
 from lingpipe.distributed import mirrors
@@ -101,10 +101,12 @@ class BaseTask(base_layer.BaseLayer):
 
   # -- provided ------------------------------------------------------------------------------------------------
   def FProp(self, batch):
-    """(loss, metrics) for a batch, in whatever mode the context says. A pipeline whose schedule computes the loss
-    inside it ('1f1b') gets the task's loss as a function of its outputs and a part of the batch."""
+    """(loss, metrics) for a batch, in whatever mode the context says. In training, a `network` pipeline trains
+    through its FPropWithLoss, every schedule's training call, with the task's loss as a function of the
+    pipeline's outputs and the batch (a micro-batch of it where the schedule computes the loss per micro-batch)."""
     network = getattr(self, 'network', None)
-    if context.IsTraining() and getattr(network, 'NeedsLoss', lambda: False)():
+    if context.IsTraining() and hasattr(network, 'FPropWithLoss') and (
+        type(self).PipelineInputs is not BaseTask.PipelineInputs or network.NeedsLoss()):
       return network.FPropWithLoss(self.PipelineInputs(batch), batch, lambda outputs, part: self.ComputeLoss(
           part, self.PredictionsFromPipeline(outputs, part)))
     return self.ComputeLoss(batch, self.ComputePredictions(batch))

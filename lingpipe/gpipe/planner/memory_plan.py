@@ -42,12 +42,13 @@ import tensorflow as tf
 from lingpipe.core import base_layer
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
-from lingpipe.gpipe import backward_kinds
-from lingpipe.gpipe import partition
+from lingpipe.core.nested_map import NestedMap
 from lingpipe.gpipe import plan as plan_lib
-from lingpipe.gpipe import saved_activations
 from lingpipe.gpipe import schedule as schedule_lib
-from lingpipe.gpipe import step_time
+from lingpipe.gpipe.engine import backward_kinds
+from lingpipe.gpipe.planner import partition
+from lingpipe.gpipe.planner import saved_activations
+from lingpipe.gpipe.planner import step_time
 
 
 class Layers(NamedTuple):
@@ -360,3 +361,32 @@ def Table(candidates, device_memory=None, peak_of=None) -> List[str]:
       line += '  %s' % ('yes' if (peak_of or (lambda x: x.peak))(c) <= device_memory else 'no')
     lines.append(line)
   return lines
+
+
+def CellSummaries(pipe):
+  """Per cell of PipeliningLayer `pipe`: NestedMap(cell, layers, device, params, flops, activation_bytes,
+  boundary_bytes).
+
+  flops and activation estimates need params.input_shapes (else they are None). activation_bytes is the sum of
+  the cell's layer outputs for one micro-batch (what re-computing one cell holds); boundary_bytes is the cell's
+  output for the whole mini-batch (what the pipeline keeps between cells).
+  """
+  shapes = pipe._InputShapes()  # pylint: disable=protected-access
+  num_micro = pipe.params.num_micro_batches
+  summaries = []
+  for k in range(pipe.num_cells):
+    layers = pipe.CellLayers(k)
+    params = sum(v.shape.num_elements() for layer in layers for v in layer.trainable_variables)
+    flops = activation = boundary = None
+    if shapes is not None:
+      flops = activation = 0
+      for layer in layers:
+        meta = type(layer).FPropMeta(layer.params, shapes)
+        shapes = meta.out_shapes[0]
+        flops += meta.flops
+        activation += Bytes(shapes, layer.fprop_dtype.size) // num_micro
+      boundary = Bytes(shapes, layers[-1].fprop_dtype.size)
+    summaries.append(NestedMap(cell=k, layers=[layer.path for layer in layers], device=pipe.devices[k],
+                               params=params, flops=flops, activation_bytes=activation,
+                               boundary_bytes=boundary))
+  return summaries

@@ -12,10 +12,11 @@ from typing import Dict, List, NamedTuple, Optional
 
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
-from lingpipe.gpipe import layer_times
-from lingpipe.gpipe import memory_plan
+from lingpipe.gpipe import call_costs
 from lingpipe.gpipe import schedule as schedule_lib
-from lingpipe.gpipe import step_time
+from lingpipe.gpipe.planner import layer_times
+from lingpipe.gpipe.planner import memory_plan
+from lingpipe.gpipe.planner import step_time
 
 MARGIN = 0.10  # Of the budget, kept free: the process predictions of dense stacks were within 4% of measured peaks.
 # Seconds of layer timing after the three anchor sizes during which the other micro-batch sizes are timed too
@@ -173,7 +174,7 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
     # The devices' concurrency with the model's heaviest layer at a micro-batch's size (one already traced).
     unit = layer_times.HeaviestLayer(layer_params, input_shapes, Times(anchors[len(anchors) // 2]), dtype,
                                      batch_dim, built)
-    terms = step_time.Measure(unit, _LocalDevices(num_devices))
+    terms = step_time.Measure(unit, _LocalDevices(num_devices), call_costs.Measure)
     plain = sum(Times(batch).forward) + sum(Times(batch).backward) + 2 * terms.per_action
   options = Options(layer_params, input_shapes, batch, num_devices, fixed or {}, peak_of, times, slots=slots,
                     dtype_size=dtype_size, fprop_dtype=fprop_dtype, terms=terms)

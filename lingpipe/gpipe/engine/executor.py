@@ -11,25 +11,19 @@ there.
 
 import tensorflow as tf
 
-from lingpipe.gpipe import backward_kinds
-from lingpipe.gpipe import phase_loop
 from lingpipe.gpipe import plan as plan_lib
-from lingpipe.gpipe import remat
-from lingpipe.gpipe import saved_stack
-from lingpipe.gpipe import split_backward
 from lingpipe.gpipe import timeline
-from lingpipe.gpipe.executor_types import Cells  # pylint: disable=unused-import  (part of the executor's API)
-from lingpipe.gpipe.executor_types import CutFromCallerTapes  # pylint: disable=unused-import
-from lingpipe.gpipe.executor_types import ForwardResult
-from lingpipe.gpipe.executor_types import HandOff
-from lingpipe.gpipe.executor_types import Kept
-from lingpipe.gpipe.executor_types import Read
-from lingpipe.gpipe.executor_types import State
-from lingpipe.gpipe.executor_types import Write
-
-
-def _EmptyState():
-  return State(*[{} for _ in State._fields])
+from lingpipe.gpipe.engine import phase_loop
+from lingpipe.gpipe.engine import remat
+from lingpipe.gpipe.engine import split_backward
+from lingpipe.gpipe.engine.executor_types import Cells  # pylint: disable=unused-import  (part of the executor's API)
+from lingpipe.gpipe.engine.executor_types import CutFromCallerTapes  # pylint: disable=unused-import
+from lingpipe.gpipe.engine.executor_types import EmptyState
+from lingpipe.gpipe.engine.executor_types import ForwardResult
+from lingpipe.gpipe.engine.executor_types import HandOff
+from lingpipe.gpipe.engine.executor_types import Kept
+from lingpipe.gpipe.engine.executor_types import Read
+from lingpipe.gpipe.engine.executor_types import Write
 
 
 class _Interpreter:
@@ -37,7 +31,8 @@ class _Interpreter:
   a backward gets what it differentiates is its bound strategy's (backward_kinds.Bind); stamping while a timeline
   records is `Timed`'s."""
 
-  def __init__(self, plan, cells, inputs=None, upstreams=None, kept=None, loss=None, recording=False, loop=True):
+  def __init__(self, facts, cells, inputs=None, upstreams=None, kept=None, loss=None, recording=False):
+    plan = facts.plan
     self.plan, self.cells, self.inputs, self.upstreams, self.loss = plan, cells, inputs, upstreams, loss
     self.kept = kept or Kept(inputs, {}, {}, {}, saves={}, recorded={})
     self.recording = recording
@@ -52,9 +47,7 @@ class _Interpreter:
     # An unrolled phase with a loss (1F1B) keeps cell inputs as tensors, freed once their backward read them (a
     # TensorArray frees nothing until the step ends, which kept all M micro-batches' inputs alive).
     self.kept_inputs = {}
-    self.saves = cells.Saves(plan, loss)  # Kept activations are data (saved stack), not tapes.
-    self.strategies = backward_kinds.Bind(plan, self.saves)
-    self.pushed = {k: saved_stack.Pushed(plan, k, loop) for k in range(plan.num_cells)} if self.saves else None
+    self.saves, self.strategies, self.pushed = facts.saves, facts.strategies, facts.pushed  # step_facts.py
     self.pending = {}  # {(micro-batch, cell): split_backward.Pending} between a split BACKWARD and its WEIGHT
     # {device: cell}: the device's last action was a BACKWARD or WEIGHT of that cell, and its next action also waits
     # for the cell's gradient sum (Last). Not in state.last: a loop carries each tensor of its state as one loop
@@ -244,13 +237,15 @@ def _InputGrads(state, like, wanted):
   return [next(arrays) if w else None for w in remat.WantsGrad(flat, wanted)]
 
 
-def Forward(plan, cells, micro, stacked, recorder=None, name='', loop=True):
-  """Runs the plan's forward phase. `micro`: the micro-batches, a list; `stacked`: the same as microbatch.Stacked
-  gives them (needed when Loops says the phase loops). Returns a ForwardResult. With a timeline.Recorder, every
+def Forward(facts, cells, micro, stacked, recorder=None, name=''):
+  """Runs the forward phase of facts.plan (step_facts.StepFacts). `micro`: the micro-batches, a list; `stacked`:
+  the same as microbatch.Stacked gives them (needed where facts.loops says the phase loops). Returns a ForwardResult. With a timeline.Recorder, every
   action's timestamps are added to it as pipeline `name`'s forward pass."""
   inputs = phase_loop.MicroBatches(micro, stacked, cells.devices[0])
-  run = _Interpreter(plan, cells, inputs=inputs, recording=recorder is not None, loop=loop)
-  state = phase_loop.RunPhase(plan, plan_lib.FORWARD, run, _EmptyState(), loop, run.saves, run.Invariant())
+  plan = facts.plan
+  run = _Interpreter(facts, cells, inputs=inputs, recording=recorder is not None)
+  state = phase_loop.RunPhase(plan, plan_lib.FORWARD, run, EmptyState(), facts.loops[plan_lib.FORWARD],
+                              run.Invariant())
   _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan)
   with tf.device(cells.devices[-1]):  # Stacked where they were written: no copy.
     outputs = tf.nest.pack_sequence_as(run.kept.like['out'],
@@ -259,8 +254,8 @@ def Forward(plan, cells, micro, stacked, recorder=None, name='', loop=True):
                                                                      saved=state.saved))
 
 
-def Backward(plan, cells, dy_micro, dy_stacked, kept, recorder=None, name='', loop=True):
-  """Runs the plan's backward phase. `dy_micro` and `dy_stacked`: the gradients of the last cell's outputs, as
+def Backward(facts, cells, dy_micro, dy_stacked, kept, recorder=None, name=''):
+  """Runs the backward phase of facts.plan. `dy_micro` and `dy_stacked`: the gradients of the last cell's outputs, as
   `micro` and `stacked` of Forward.
 
   Returns (per-leaf TensorArrays of the first cell's input gradients (None for non-float leaves), {cell: its
@@ -268,26 +263,28 @@ def Backward(plan, cells, dy_micro, dy_stacked, kept, recorder=None, name='', lo
   added to it as pipeline `name`'s backward pass.
   """
   upstreams = phase_loop.MicroBatches(dy_micro, dy_stacked, cells.devices[-1])
-  run = _Interpreter(plan, cells, upstreams=upstreams, kept=kept, recording=recorder is not None, loop=loop)
+  plan = facts.plan
+  run = _Interpreter(facts, cells, upstreams=upstreams, kept=kept, recording=recorder is not None)
   # Each device's first backward waits for its last forward (a re-computation may start before its gradient).
-  start = _EmptyState()._replace(last=dict(kept.last or {}), saved=dict(kept.saved or {}))
+  start = EmptyState()._replace(last=dict(kept.last or {}), saved=dict(kept.saved or {}))
   # The backward pass's loop captures the parameters as they are: packed there too (phase_loop.Invariant), the
   # peak memory rose, for reasons not yet understood (docs/notes/code-measurements.md).
-  state = phase_loop.RunPhase(plan, plan_lib.BACKWARD, run, start, loop, run.saves)
+  state = phase_loop.RunPhase(plan, plan_lib.BACKWARD, run, start, facts.loops[plan_lib.BACKWARD])
   _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.RECOMPUTE, cells.devices, state, plan)
   return _InputGrads(state, kept.like[0], cells.wanted), state.accumulated
 
 
-def Step(plan, cells, micro, loss, recorder=None, name=''):
-  """Runs a plan whose one phase interleaves forwards and backwards (schedule.NEEDS_LOSS). loss(m, outputs) runs
+def Step(facts, cells, micro, loss, recorder=None, name=''):
+  """Runs facts.plan, whose one phase interleaves forwards and backwards (schedule.NEEDS_LOSS). loss(m, outputs) runs
   on the last cell's device right after its forward of micro-batch m and returns the gradient of m's share of
   the loss w.r.t. those outputs, which starts m's backward. Returns (input gradient TensorArrays as Backward's,
   {cell: parameter gradients summed over the micro-batches}, {layer path: moments.Moments}). Unrolled: the
   graph grows with M."""
   inputs = phase_loop.MicroBatches(micro, None, cells.devices[0])
-  run = _Interpreter(plan, cells, inputs=inputs, loss=loss, recording=recorder is not None)
-  state = phase_loop.RunPhase(plan, plan_lib.STEP, run, _EmptyState(), loop=False)
+  plan = facts.plan
+  run = _Interpreter(facts, cells, inputs=inputs, loss=loss, recording=recorder is not None)
+  state = phase_loop.RunPhase(plan, plan_lib.STEP, run, EmptyState(), facts.loops[plan_lib.STEP])
   _Record(recorder, name, timeline.FORWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.RECOMPUTE, cells.devices, state, plan)

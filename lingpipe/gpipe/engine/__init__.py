@@ -1,0 +1,1 @@
+"""What runs a pipeline's step: the executor, its backward strategies, re-materialization and loops."""
