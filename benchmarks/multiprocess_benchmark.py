@@ -193,13 +193,13 @@ def _HandOffs(args, mesh, layers, inputs, micro_batches):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import inspector  # pylint: disable=g-import-not-at-top
   shapes = tf.nest.map_structure(lambda t: t.shape.as_list(), inputs)
   with cluster.Use(mesh):  # The cut does not depend on M: cell 0's output for the whole batch, split M ways.
     cut = pipelining_layer.PipeliningLayer.Params().Set(
         name='cut', layers=[l.Copy() for l in layers], num_splits=2,
         input_shapes=dict(shapes) if isinstance(shapes, dict) else shapes).Instantiate()
-  batch_bytes = memory_plan.CellSummaries(cut)[0].boundary_bytes
+  batch_bytes = inspector.CellSummaries(cut)[0].boundary_bytes
   sizes = {m: batch_bytes // m for m in micro_batches}
   devices = [mesh.Device(k, num_splits=2) for k in range(2)]
   pids = [int(pid) for pid in args.worker_pids.split(',')]

@@ -50,6 +50,7 @@ def Plan(args, out=None):
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import partition  # pylint: disable=g-import-not-at-top
 
   p = run_params.BuildModelParams(args.model, override=args.model_params_override)
   with base_layer.AbstractVariables():  # Sizes only: the task's own code fills in the pipeline's layers.
@@ -58,7 +59,7 @@ def Plan(args, out=None):
   if not pipelines:
     raise errors.ConfigError('Model %s has no PipeliningLayer to plan; the planner sizes pipelines.' % args.model)
   pipe = pipelines[0].params
-  layers = pipelining_layer.ExpandedLayers(pipe.layers) if pipe.layers else list(pipe.cell_tpl)
+  layers = partition.ExpandedLayers(pipe.layers) if pipe.layers else list(pipe.cell_tpl)
   shapes = pipe.input_shapes
   if shapes is None:
     raise errors.ConfigError('Model %s: its pipeline %s has no input_shapes; set task.network.input_shapes to one '

@@ -1,6 +1,6 @@
-"""What a pipeline's cell calls cost on this machine beyond its layers' times, measured with a real pipeline of a
-dense stack: the planner's step_time.Terms split_backward and per_action (planner/step_time.py says how a step
-prediction uses them)."""
+"""What a pipeline's cell calls cost on this machine beyond its layers' times, measured with a real
+pipeline of a dense stack: the planner's step_time.Terms split_backward and per_action
+(planner/step_time.py says how a step prediction uses them)."""
 
 import tensorflow as tf
 
@@ -34,9 +34,9 @@ class _Dense(base_layer.BaseLayer):
 
 
 def Measure(width=512, layers=4, batch=512):
-  """(split_backward, per_action) measured with a real pipeline of a dense stack on one device: zero bubble's
-  step over 1F1B's at M=1 less one, and what each extra cell call of 1F1B at M=8 costs beyond the layers' times at
-  the micro-batch's size."""
+  """(split_backward, per_action) measured with a real pipeline of a dense stack on one device: zero
+  bubble's step over 1F1B's at M=1 less one, and what each extra cell call of 1F1B at M=8 costs
+  beyond the layers' times at the micro-batch's size."""
   stack = [_Dense.Params().Set(name='l%d' % i, dim=width) for i in range(layers)]
   inputs = tf.random.normal([batch, width], seed=2)
 

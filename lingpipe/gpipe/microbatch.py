@@ -1,9 +1,10 @@
 """Splitting a batch into micro-batches and merging them back.
 
-A batch is a tensor or a NestedMap (any tf.nest structure) whose every leaf has the batch along `batch_dim`.
-`Split` cuts each leaf into M equal parts; `Merge` concatenates the parts back. A batch that M does not divide is
-an error unless `pad=True`, which appends zero rows to reach a multiple of M; `Merge` then drops them (callers
-that reduce over the batch must mask the padded rows, see `PadMask`).
+A batch is a tensor or a NestedMap (any tf.nest structure) whose every leaf has the batch along
+`batch_dim`. `Split` cuts each leaf into M equal parts; `Merge` concatenates the parts back. A batch
+that M does not divide is an error unless `pad=True`, which appends zero rows to reach a multiple of
+M; `Merge` then drops them (callers that reduce over the batch must mask the padded rows, see
+`PadMask`).
 """
 
 import tensorflow as tf
@@ -65,8 +66,9 @@ def Split(batch, num_micro_batches, batch_dim=0, pad=False):
 
 
 def Stacked(batch, num_micro_batches, batch_dim=0, pad_rows=0):
-  """`batch` (as Split cut it, with its pad rows) as [M, <micro-batch>] leaves whose index m is micro-batch m: for
-  batch_dim 0 a reshape, which shares the batch's buffer; otherwise a stack of the parts (a copy)."""
+  """`batch` (as Split cut it, with its pad rows) as [M, <micro-batch>] leaves whose index m is
+  micro-batch m: for batch_dim 0 a reshape, which shares the batch's buffer; otherwise a stack of
+  the parts (a copy)."""
   m = num_micro_batches
 
   def One(leaf):

@@ -1,29 +1,33 @@
 """PipeliningLayer: GPipe. A sequence of layers cut into K cells on K devices, fed M micro-batches.
 
-The layer builds and places the cells and asks schedule.py for a Plan; executor.py runs it. Training (inside
-`context.Training(True)`): the mini-batch is split into M micro-batches that flow through the cells as the plan
-says; each (micro-batch, cell) action is a call of the cell's traced function on the cell's device, and the ticks
-where the plan repeats run as one loop, so graph size and time to first step stay nearly flat in M. A cell's
-trainable variables reach its functions as inputs, read once per step (cell_params.py). The backward pass is a
-custom gradient that runs the plan's backward phase: each cell's backward on its own device (re-computing the
-forward or using the activations its forward kept, per the `remat` policy, remat.py), weight gradients
-accumulated over micro-batches on that device and returned once: one synchronous update, with the same gradients
-as the plain sequential model.
+The layer builds and places the cells and asks schedule.py for a Plan; executor.py runs it. Training
+(inside `context.Training(True)`): the mini-batch is split into M micro-batches that flow through
+the cells as the plan says; each (micro-batch, cell) action is a call of the cell's traced function
+on the cell's device, and the ticks where the plan repeats run as one loop, so graph size and time
+to first step stay nearly flat in M. A cell's trainable variables reach its functions as inputs,
+read once per step (cell_params.py). The backward pass is a custom gradient that runs the plan's
+backward phase: each cell's backward on its own device (re-computing the forward or using the
+activations its forward kept, per the `remat` policy, remat.py), weight gradients accumulated over
+micro-batches on that device and returned once: one synchronous update, with the same gradients as
+the plain sequential model.
 
-Batch norm inside cells normalizes each micro-batch with its own moments (as GPipe does). The moments of all
-micro-batches leave the cells as one value per layer (moments.Moments) and go to the task's collector, which
-moves the averages once per step, i.e. with the whole mini-batch's mean and variance (on its own, without a task,
-the layer moves them itself).
+Batch norm inside cells normalizes each micro-batch with its own moments (as GPipe does). The
+moments of all micro-batches leave the cells as one value per layer (moments.Moments) and go to the
+task's collector, which moves the averages once per step, i.e. with the whole mini-batch's mean and
+variance (on its own, without a task, the layer moves them itself).
 
-Data parallelism (distributed/cluster.py, distributed/replicas.py): under a cluster of R replicas, the layer knows
-the R x K mesh; a forward inside `context.Replica(r)` runs its cells on row r (variables stay on row 0), and its
-batch norm moments join those of the other replicas in the task's collector.
+Data parallelism (distributed/cluster.py, distributed/replicas.py): under a cluster of R replicas,
+the layer knows the R x K mesh; a forward inside `context.Replica(r)` runs its cells on row r
+(variables stay on row 0), and its batch norm moments join those of the other replicas in the task's
+collector.
 
-Evaluation runs the same forward schedule without gradients; export (`context.Exporting()`) runs the layers one
-after another with no placement and no micro-batching, so the SavedModel needs no pipeline.
+Evaluation runs the same forward schedule without gradients; export (`context.Exporting()`) runs the
+layers one after another with no placement and no micro-batching, so the SavedModel needs no
+pipeline.
 
-What crosses a cell boundary is whatever the last layer of the cell returns: a tensor or a NestedMap, whose
-extra fields carry skip connections and side inputs (masks, paddings) to later cells.
+What crosses a cell boundary is whatever the last layer of the cell returns: a tensor or a
+NestedMap, whose extra fields carry skip connections and side inputs (masks, paddings) to later
+cells.
 """
 
 import numpy as np
@@ -48,13 +52,6 @@ from lingpipe.gpipe.engine import remat
 from lingpipe.gpipe.engine import step_facts
 from lingpipe.gpipe.engine import train_step
 from lingpipe.gpipe.planner import partition
-
-
-def ExpandedLayers(layers):
-  """The units of a `layers` list: an entry whose class has ExpandUnits(params) stands for several (a Keras model
-  named by its builder becomes one KerasLayer per piece, known only once the model is built)."""
-  return [unit for layer in layers
-          for unit in (layer.cls.ExpandUnits(layer) if hasattr(layer.cls, 'ExpandUnits') else [layer])]
 
 
 # The fields lingpipe-train can choose (--pipeline=auto, or each set to 'auto').
@@ -108,8 +105,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     unresolved = [name for name in AUTO_FIELDS if p.Get(name) == param_checks.AUTO]
     if unresolved:
       raise errors.ConfigError("Layer %s: %s='auto' is chosen by lingpipe-train before the model is built "
-                               '(--pipeline=auto); outside it, set a value (gpipe/auto_config.ChooseFor chooses '
-                               'one for a list of layers).' % (self.path, unresolved[0]))
+                               '(--pipeline=auto); outside it, set a value (gpipe/planner/auto_config.ChooseFor '
+                               'chooses one for a list of layers).' % (self.path, unresolved[0]))
     if p.remat not in remat.POLICIES:
       raise errors.ConfigError('Layer %s: remat must be one of %s, got %r.%s' % (
           self.path, ', '.join(remat.POLICIES), p.remat, errors.DidYouMean(str(p.remat), remat.POLICIES)))
@@ -134,7 +131,7 @@ class PipeliningLayer(base_layer.BaseLayer):
                                  'give a multiple of %d cells.' % (self.path, len(units), p.virtual_stages,
                                                                     p.virtual_stages))
     else:
-      units = ExpandedLayers(p.layers)
+      units = partition.ExpandedLayers(p.layers)
       counts = partition.Partition(units, p.num_splits * p.virtual_stages, p.balance, self._InputShapes(),
                                    self._SampleInputs() if p.balance in ('time', 'memory') else None)
     object.__setattr__(self, '_num_cells', len(counts))
@@ -144,14 +141,15 @@ class PipeliningLayer(base_layer.BaseLayer):
     if base_layer.IsAbstract():  # Nothing is placed: sizes only (any number of cells on this machine).
       object.__setattr__(self, '_mesh', [[mesh.Device(0, num_splits=1)] * self._num_cells])
     else:
-      # _mesh[r][k]: the device of cell k in replica r (k mod num_devices). Variables live on replica 0's devices.
+      # _mesh[r][k]: the device of cell k in replica r (k mod num_devices). Variables live on
+      # replica 0's devices.
       object.__setattr__(self, '_mesh', [[mesh.Device(k % num_devices, r, num_splits=num_devices)
                                           for k in range(self._num_cells)] for r in range(mesh.num_replicas)])
     object.__setattr__(self, '_devices', self._mesh[0])
     object.__setattr__(self, '_bounds', [int(b) for b in np.cumsum([0] + counts)])
-    # With `layers`, children are named like SequentialLayer's ('sub_<i>', attribute 'sub'): variable names, seeds
-    # and checkpoints do not depend on K or M, and equal those of SequentialLayer(sub=layers) of the same name.
-    # Each cell's variables live on its device.
+    # With `layers`, children are named like SequentialLayer's ('sub_<i>', attribute 'sub'):
+    # variable names, seeds and checkpoints do not depend on K or M, and equal those of
+    # SequentialLayer(sub=layers) of the same name. Each cell's variables live on its device.
     self.CreateChildren('cell' if p.cell_tpl else 'sub', units,
                         devices=[self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])])
     object.__setattr__(self, '_cell_params', None if base_layer.IsAbstract() else [
@@ -159,7 +157,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     object.__setattr__(self, 'functions', cell_functions.CellFunctions(self, self._mesh, self._cell_params,
                                                                         p.batch_dim))
 
-  # -- structure -----------------------------------------------------------------------------------------------
+  # -- structure
+  # -----------------------------------------------------------------------------------------------
   @property
   def units(self):
     """The layers (or given cells) in order."""
@@ -221,7 +220,7 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   @classmethod
   def FPropMeta(cls, params, *input_shapes):
-    units = params.cell_tpl or ExpandedLayers(params.layers)
+    units = params.cell_tpl or partition.ExpandedLayers(params.layers)
     flops, shapes = 0, input_shapes
     for unit in units:
       meta = unit.cls.FPropMeta(unit, *shapes)
@@ -229,7 +228,8 @@ class PipeliningLayer(base_layer.BaseLayer):
       shapes = meta.out_shapes
     return base_layer.Meta(shapes, flops)
 
-  # -- forward -------------------------------------------------------------------------------------------------
+  # -- forward
+  # -------------------------------------------------------------------------------------------------
   def RunCell(self, k, inputs):
     """Cell k's layers on `inputs`, one after another, where the caller placed them."""
     x = inputs
@@ -255,8 +255,9 @@ class PipeliningLayer(base_layer.BaseLayer):
     return batch // p.micro_batch_size
 
   def FProp(self, inputs, training=None):
-    """The last cell's outputs. `training`: True or False, or None for the ambient `context.Training`. Training
-    through FProp works for 'gpipe' only; the training call for every schedule is FPropWithLoss."""
+    """The last cell's outputs. `training`: True or False, or None for the ambient
+    `context.Training`. Training through FProp works for 'gpipe' only; the training call for every
+    schedule is FPropWithLoss."""
     with context.TrainingOrAmbient(training):
       return self._FProp(inputs)
 
@@ -271,11 +272,6 @@ class PipeliningLayer(base_layer.BaseLayer):
             'Layer %s: schedule %r computes the loss inside the pipeline, so it trains through '
             'FPropWithLoss(inputs, loss_inputs, loss_fn, training=True), which every schedule takes; FProp in '
             'training is for schedule=\'gpipe\' only.' % (self.path, self.params.schedule))
-      if self._num_cells == 1 and self.NumMicroBatches(inputs) == 1:
-        # Nothing to pipeline, and re-computing the one task would hold the same activations, only later: the
-        # plain model, at plain speed, whatever the remat policy.
-        with tf.device(self._mesh[self.Replica()][0]):
-          return self.RunCell(0, inputs)
       return train_step.TrainFProp(self, inputs)
     return self.Forward(inputs, training=False)[0]
 
@@ -304,8 +300,9 @@ class PipeliningLayer(base_layer.BaseLayer):
       return train_step.FPropWithLoss(self, inputs, loss_inputs, loss_fn)
 
   def Forward(self, inputs, training, wanted=None):
-    """Runs the forward phase of the schedule's plan (schedule.py, executor.py). Returns (merged outputs,
-    NestedMap of what the backward needs). `wanted`: which input gradients the backward computes (executor.Cells)."""
+    """Runs the forward phase of the schedule's plan (schedule.py, executor.py). Returns (merged
+    outputs, NestedMap of what the backward needs). `wanted`: which input gradients the backward
+    computes (executor.Cells)."""
     p = self.params
     r = self.Replica()
     devices = self._mesh[r]
@@ -315,7 +312,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     params = self.ReadParams(r)
     if training:  # Inside the custom gradient of train_step.TrainFProp.
       inputs, params = executor.CutFromCallerTapes(inputs, params, devices)
-    # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded rows.
+    # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded
+    # rows.
     micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
     padding = self.Padding(micro, num_micro, pad_rows) if training else None
     recorder = timeline.Current()
@@ -329,19 +327,21 @@ class PipeliningLayer(base_layer.BaseLayer):
       self.ApplyBatchNormMoments(result.moments)
     with tf.device(devices[-1]):
       outputs = microbatch.MergeStacked(result.outputs, p.batch_dim, pad_rows)
-    return outputs, NestedMap(plan=plan, facts=facts, kept=result.kept, params=params, pad_rows=pad_rows, padding=padding,
-                              wanted=wanted)
+    return outputs, NestedMap(plan=plan, facts=facts, kept=result.kept, params=params, pad_rows=pad_rows,
+                              padding=padding, wanted=wanted)
 
   def LoopPhases(self, replica=0):
-    """Whether the passes' steady ticks run as a tf.while_loop (p.loop_phases): only where every cell's device is
-    a CPU device of one process, whose memory they share."""
+    """Whether the passes' steady ticks run as a tf.while_loop (p.loop_phases): only where every
+    cell's device is a CPU device of one process, whose memory they share."""
     hosts = {phase_loop.HostMemory(device) for device in self._mesh[replica]}
     return bool(self.params.loop_phases) and len(hosts) == 1 and None not in hosts
 
-  # -- what a step driven by the executor needs (here, train_step.py; also Replica, ReplicaDevices, NumMicroBatches)
+  # -- what a step driven by the executor needs (here, train_step.py; also Replica, ReplicaDevices,
+  # NumMicroBatches)
   def ApplyBatchNormMoments(self, merged):
-    """Hands the moments of all micro-batches ({layer path: moments.Moments}) to the task's collector, which
-    moves the averages once per step (and once for all replicas); a pipeline run on its own moves them here."""
+    """Hands the moments of all micro-batches ({layer path: moments.Moments}) to the task's
+    collector, which moves the averages once per step (and once for all replicas); a pipeline run on
+    its own moves them here."""
     collector = context.CurrentBatchNormStats()
     own = collector is None
     collector = collector or context.BatchNormStats()
@@ -352,16 +352,16 @@ class PipeliningLayer(base_layer.BaseLayer):
       collector.Update()
 
   def CopyOf(self, replica):
-    """variable -> what `replica` reads for it: its mirrored copy (distributed/mirrors.py), else None (the
-    variable itself, on replica 0's devices)."""
+    """variable -> what `replica` reads for it: its mirrored copy (distributed/mirrors.py), else
+    None (the variable itself, on replica 0's devices)."""
     mirrored = mirrors.Current()
     if mirrored is None or replica == 0:
       return None
     return lambda v: mirrored.Of(v, replica)
 
   def ReadParams(self, replica):
-    """Each cell's parameter values, read once per step on its device in `replica` (from its own copies where the
-    weights are mirrored)."""
+    """Each cell's parameter values, read once per step on its device in `replica` (from its own
+    copies where the weights are mirrored)."""
     params = []
     for k in range(self._num_cells):
       with tf.device(self._mesh[replica][k]):
@@ -369,8 +369,8 @@ class PipeliningLayer(base_layer.BaseLayer):
     return params
 
   def GradientsByVariable(self, accumulated, replica=0):
-    """{variable.ref(): gradient} of the executor's {cell: accumulated parameter gradients}, keyed by the
-    variables `replica` read (ReadParams)."""
+    """{variable.ref(): gradient} of the executor's {cell: accumulated parameter gradients}, keyed
+    by the variables `replica` read (ReadParams)."""
     copy_of = self.CopyOf(replica) or (lambda v: v)
     return {copy_of(v).ref(): g for k, grads in accumulated.items()
             for v, g in zip(self._cell_params[k].variables, grads)}

@@ -1,17 +1,19 @@
 """A pipeline step as data: a Plan lists, for each device, the actions it runs, in order (schedule.py makes them).
 
-Actions (`Action`): FORWARD of micro-batch m through cell k; BACKWARD of it, which either re-computes the cell's
-forward from its stored input (re-materialization, `recompute=True`) or uses the activations its forward kept;
-WEIGHT, in plans that split the backward ('zero_bubble'): the weight gradients of a BACKWARD that computed only
-the input gradients, deferred into what would be bubbles; and SEND of cell k's result for m to the device of the
-cell that needs it next (activations to cell k+1 in the forward, input gradients to cell k-1 in the backward). A
-receive is not an action: the receiving action reads the message, and that copy onto its device is the only edge
+Actions (`Action`): FORWARD of micro-batch m through cell k; BACKWARD of it, which either
+re-computes the cell's forward from its stored input (re-materialization, `recompute=True`) or uses
+the activations its forward kept; WEIGHT, in plans that split the backward ('zero_bubble'): the
+weight gradients of a BACKWARD that computed only the input gradients, deferred into what would be
+bubbles; and SEND of cell k's result for m to the device of the cell that needs it next (activations
+to cell k+1 in the forward, input gradients to cell k-1 in the backward). A receive is not an
+action: the receiving action reads the message, and that copy onto its device is the only edge
 between devices (executor.py).
 
-A plan's phases are the TensorFlow calls of a step (the forward pass and the backward pass; one STEP where the
-loss is inside the pipeline), each a list of clock ticks that order the building of the graph. A plan also says
-what each forward keeps for the backward (`keep`): nothing (evaluation), the cell's input (re-computing
-backward), or its activations (taped backward). `Check` proves a plan consistent before any TensorFlow runs it.
+A plan's phases are the TensorFlow calls of a step (the forward pass and the backward pass; one STEP
+where the loss is inside the pipeline), each a list of clock ticks that order the building of the
+graph. A plan also says what each forward keeps for the backward (`keep`): nothing (evaluation), the
+cell's input (re-computing backward), or its activations (taped backward). `Check` proves a plan
+consistent before any TensorFlow runs it.
 """
 
 from typing import NamedTuple, Tuple
@@ -43,8 +45,9 @@ class Action(NamedTuple):
 
 
 class Phase(NamedTuple):
-  """Part of a step run as one TensorFlow call: the forward pass, or the backward pass. `ticks[t]` lists the
-  actions of tick t in build order: every action reads its message before the sender of the next one writes it."""
+  """Part of a step run as one TensorFlow call: the forward pass, or the backward pass. `ticks[t]`
+  lists the actions of tick t in build order: every action reads its message before the sender of
+  the next one writes it."""
   name: str
   ticks: Tuple[Tuple[Action, ...], ...]
 
@@ -97,8 +100,9 @@ class Plan(NamedTuple):
     return '\n'.join(lines)
 
 def Needs(kind, micro_batch, cell, num_cells):
-  """The compute actions (kind, micro-batch, cell) whose results the action reads: a forward, the previous
-  cell's forward; a backward, its own forward and the next cell's backward; a weight action, its backward."""
+  """The compute actions (kind, micro-batch, cell) whose results the action reads: a forward, the
+  previous cell's forward; a backward, its own forward and the next cell's backward; a weight
+  action, its backward."""
   if kind == FORWARD:
     return [(FORWARD, micro_batch, cell - 1)] if cell > 0 else []
   if kind == WEIGHT:
@@ -107,11 +111,12 @@ def Needs(kind, micro_batch, cell, num_cells):
 
 
 def Check(plan):
-  """Raises ConfigError unless `plan` is runnable: every forward and (when training) backward of every
-  (micro-batch, cell) once (and, in a plan that splits the backward, its weight gradients once, after it); one
-  compute action per device per tick; a cell's forward reads the message its predecessor sent for the same
-  micro-batch (the backward's, its successor's), messages on a channel read in the order sent; every result a
-  later cell needs is sent; a backward after its forward, using what the forward kept."""
+  """Raises ConfigError unless `plan` is runnable: every forward and (when training) backward of
+  every (micro-batch, cell) once (and, in a plan that splits the backward, its weight gradients
+  once, after it); one compute action per device per tick; a cell's forward reads the message its
+  predecessor sent for the same micro-batch (the backward's, its successor's), messages on a channel
+  read in the order sent; every result a later cell needs is sent; a backward after its forward,
+  using what the forward kept."""
   def Fail(why):
     raise errors.ConfigError('Schedule %r is inconsistent (M=%d, K=%d): %s' % (
         plan.schedule, plan.num_micro_batches, plan.num_cells, why))

@@ -1,22 +1,23 @@
 """The measured timeline of a pipeline step: when each (cell, micro-batch) action ran on its device.
 
-How it is measured: timestamps in the graph. While recording, each cell's traced functions (its forward, its
-re-computing backward) take a `tf.timestamp()` as their first op and another once their outputs exist
-(`Stamped`): the function starts when all its inputs do, so `start` is when the action began on its device and
-`end` when its results existed, in the host's wall clock (one clock for all processes of a machine; across hosts
-their clocks' offset shows). The backward of a taped task (a forward that kept its activations), a cell's first
-re-computing backward (backward_kinds.EARLY_RECOMPUTE), and the actions of plans that trace cells inline (the loss
-inside with remat never, zero bubble) are not one function but inline ops: their stamps wait for their inputs and
-outputs from outside (`Timed`) and may run late when the device's threads are busy, and their input gradients
-leave as soon as they exist, so the next cell's backward may start before such an action's end (its weight
-gradients still running). In the plans that trace cells inline, a device's next action also waits for the
-previous one's end stamp while recording (the executor), so that the runtime does not interleave two actions' ops
-and each box is one action's time.
-The pair is written to a small per-device TensorArray. The cost, paid only while recording, is two timestamps, a
-few scalar reads of what they wait for, and one 3-float write per action (benchmarks/pipeline_timeline.py prints it
-against a plain step); without a Recorder nothing is added.
-(TensorFlow's profiler was the other way: its trace names a call only `PartitionedCallOp`, without the function or
-the micro-batch, and remote workers need their own profiler servers.)
+How it is measured: timestamps in the graph. While recording, each cell's traced functions (its
+forward, its re-computing backward) take a `tf.timestamp()` as their first op and another once their
+outputs exist (`Stamped`): the function starts when all its inputs do, so `start` is when the action
+began on its device and `end` when its results existed, in the host's wall clock (one clock for all
+processes of a machine; across hosts their clocks' offset shows). The backward of a taped task (a
+forward that kept its activations), a cell's first re-computing backward
+(backward_kinds.EARLY_RECOMPUTE), and the actions of plans that trace cells inline (the loss inside
+with remat never, zero bubble) are not one function but inline ops: their stamps wait for their
+inputs and outputs from outside (`Timed`) and may run late when the device's threads are busy, and
+their input gradients leave as soon as they exist, so the next cell's backward may start before such
+an action's end (its weight gradients still running). In the plans that trace cells inline, a
+device's next action also waits for the previous one's end stamp while recording (the executor), so
+that the runtime does not interleave two actions' ops and each box is one action's time. The pair is
+written to a small per-device TensorArray. The cost, paid only while recording, is two timestamps, a
+few scalar reads of what they wait for, and one 3-float write per action
+(benchmarks/pipeline_timeline.py prints it against a plain step); without a Recorder nothing is
+added. (TensorFlow's profiler was the other way: its trace names a call only `PartitionedCallOp`,
+without the function or the micro-batch, and remote workers need their own profiler servers.)
 
     recorder = timeline.Recorder()
 
@@ -64,9 +65,10 @@ class Recorder:
     self._passes, self._plans = [], {}
 
   def Add(self, pipeline, kind, devices, rows, plan=None, cells=None):
-    """One pass (kind FORWARD, BACKWARD, WEIGHT or RECOMPUTE) of `pipeline` (a name) over `devices` (one per cell):
-    rows[k] is cell k's [M, 3] float64 tensor of (micro-batch, start, end); `plan`, the plan.Plan it ran;
-    `cells`, the cells the rows and devices are of, when not all (default: 0 .. len(rows)-1)."""
+    """One pass (kind FORWARD, BACKWARD, WEIGHT or RECOMPUTE) of `pipeline` (a name) over `devices`
+    (one per cell): rows[k] is cell k's [M, 3] float64 tensor of (micro-batch, start, end); `plan`,
+    the plan.Plan it ran; `cells`, the cells the rows and devices are of, when not all (default: 0
+    .. len(rows)-1)."""
     cells = list(range(len(rows))) if cells is None else list(cells)
     self._passes.append((pipeline, kind, list(zip(cells, devices)), list(rows)))
     if plan is not None:
@@ -116,23 +118,25 @@ _CLOCKS = {}
 
 
 def _Clock(device):
-  """A traced function clock(after) returning tf.timestamp() on `device` once the float64 scalar `after` exists.
-  tf.function orders every stateful op that takes no resource in program order, across devices: plain timestamp
-  ops serialized the whole pipeline (measured: cell 0's forward of micro-batch 1 waited for cell 1's of micro-batch
-  0). This function reads a variable of its own device, so it is ordered only with writes of that variable (there
-  are none) and costs no transfer. Its call is inlined when the graph runs, so the cheap ops run on the thread that
-  finished what they wait for; a call kept whole waited for a free inter-op thread and stamped actions late.
-  Once inlined, the call's control edges no longer hold its timestamp (an end stamp waiting so could be taken
-  before an inline forward had run), so what a stamp waits for comes in as data (`_Touch`), and what waits for a
-  stamp reads its value (`_After`)."""
+  """A traced function clock(after) returning tf.timestamp() on `device` once the float64 scalar
+  `after` exists. tf.function orders every stateful op that takes no resource in program order,
+  across devices: plain timestamp ops serialized the whole pipeline (measured: cell 0's forward of
+  micro-batch 1 waited for cell 1's of micro-batch 0). This function reads a variable of its own
+  device, so it is ordered only with writes of that variable (there are none) and costs no transfer.
+  Its call is inlined when the graph runs, so the cheap ops run on the thread that finished what
+  they wait for; a call kept whole waited for a free inter-op thread and stamped actions late. Once
+  inlined, the call's control edges no longer hold its timestamp (an end stamp waiting so could be
+  taken before an inline forward had run), so what a stamp waits for comes in as data (`_Touch`),
+  and what waits for a stamp reads its value (`_After`)."""
   if device not in _CLOCKS:
     with tf.init_scope(), tf.device(device):
       anchor = tf.Variable(0.0, trainable=False, name='timeline_clock_anchor')
 
     def Clock(after):
-      # The stamp hangs off a Switch's output, as a branch of a cond does: graph optimization keeps that control
-      # edge. `after` is never negative (_Touch), so the branch is always live (NaN < 0 is false too). A functional
-      # tf.cond would be kept too, but across processes runs each branch as a function call, which is slow.
+      # The stamp hangs off a Switch's output, as a branch of a cond does: graph optimization keeps
+      # that control edge. `after` is never negative (_Touch), so the branch is always live (NaN < 0
+      # is false too). A functional tf.cond would be kept too, but across processes runs each branch
+      # as a function call, which is slow.
       _, taken = tf.raw_ops.Switch(data=after, pred=tf.logical_not(after < 0.0))
       with tf.control_dependencies([tf.identity(taken), anchor.read_value()]):
         return tf.timestamp()
@@ -142,8 +146,8 @@ def _Clock(device):
 
 
 def _Touch(waits_for):
-  """A float64 scalar, never negative, computed from one element of each tensor of `waits_for` (tensors or ops, a
-  structure): it exists only once they all do, and costs a few scalar ops."""
+  """A float64 scalar, never negative, computed from one element of each tensor of `waits_for`
+  (tensors or ops, a structure): it exists only once they all do, and costs a few scalar ops."""
   parts, ops = [], []
   for t in tf.nest.flatten(waits_for):
     if isinstance(t, tf.Operation) or (t is not None and t.dtype in (tf.resource, tf.variant, tf.string)):
@@ -156,14 +160,15 @@ def _Touch(waits_for):
 
 
 def _After(stamp):
-  """An op reading `stamp`'s value, for what must wait for the stamp itself: a data edge, which holds whatever graph
-  optimization does with the clock's call (_Clock)."""
+  """An op reading `stamp`'s value, for what must wait for the stamp itself: a data edge, which
+  holds whatever graph optimization does with the clock's call (_Clock)."""
   return tf.identity(stamp)
 
 
 def Stamped(device, body):
-  """Inside a traced function: (outputs of body(), (start, end)), `start` taken before anything of the body runs
-  (the function starts once all its inputs exist) and `end` once its outputs do, on the thread that made them."""
+  """Inside a traced function: (outputs of body(), (start, end)), `start` taken before anything of
+  the body runs (the function starts once all its inputs exist) and `end` once its outputs do, on
+  the thread that made them."""
   clock = _Clock(device)
   start = clock(tf.zeros([], tf.float64))
   with tf.control_dependencies([_After(start)]):
@@ -173,8 +178,8 @@ def Stamped(device, body):
 
 
 def Timed(device, waits_for, action):
-  """(outputs of action(), (start, end)) with the action's call and both timestamps on `device`; `start` waits for
-  `waits_for` (tensors or ops), the call for `start`, `end` for the outputs."""
+  """(outputs of action(), (start, end)) with the action's call and both timestamps on `device`;
+  `start` waits for `waits_for` (tensors or ops), the call for `start`, `end` for the outputs."""
   clock = _Clock(device)
   with tf.device(device):
     start = clock(_Touch(waits_for))
@@ -184,11 +189,13 @@ def Timed(device, waits_for, action):
   return outputs, (start, end)
 
 
-# -- analysis ------------------------------------------------------------------------------------------------------
+# -- analysis
+# ------------------------------------------------------------------------------------------------------
 def IdleFractions(events):
-  """For each pipeline, the fraction of the step (first start to last end, all devices) each device was idle:
-  {pipeline: {device: fraction}}. With unequal cells the busiest device's idle is the schedule's own bubble (it
-  sets the pace); what the others idle beyond it is waiting for the slower cell."""
+  """For each pipeline, the fraction of the step (first start to last end, all devices) each device
+  was idle: {pipeline: {device: fraction}}. With unequal cells the busiest device's idle is the
+  schedule's own bubble (it sets the pace); what the others idle beyond it is waiting for the slower
+  cell."""
   result = {}
   for pipeline in sorted({e.pipeline for e in events}):
     own = [e for e in events if e.pipeline == pipeline]
@@ -206,9 +213,10 @@ def MeasuredBubble(events):
 
 
 def ActionTimes(events):
-  """The median length of each kind of action (FORWARD, BACKWARD, WEIGHT) of each cell, for each pipeline:
-  {pipeline: {(kind, cell): seconds}}, what schedule.Simulate takes as `costs`. A re-computing backward's length
-  includes its re-computation, except a cell's first (its RECOMPUTE event), which the median leaves out."""
+  """The median length of each kind of action (FORWARD, BACKWARD, WEIGHT) of each cell, for each
+  pipeline: {pipeline: {(kind, cell): seconds}}, what schedule.Simulate takes as `costs`. A
+  re-computing backward's length includes its re-computation, except a cell's first (its RECOMPUTE
+  event), which the median leaves out."""
   lengths = {}
   for e in events:
     if e.kind != RECOMPUTE:
@@ -218,10 +226,10 @@ def ActionTimes(events):
 
 
 def Overlap(events):
-  """For each pipeline, how much longer its devices' actions are summed than the time they cover (0: one action at
-  a time on each device). Above a few percent, ActionTimes are stretched by sharing the device, and a plan
-  simulated with them is no guide (in one process a device's taped backwards can still overlap, although each
-  waits for its predecessor's gradient sum)."""
+  """For each pipeline, how much longer its devices' actions are summed than the time they cover (0:
+  one action at a time on each device). Above a few percent, ActionTimes are stretched by sharing
+  the device, and a plan simulated with them is no guide (in one process a device's taped backwards
+  can still overlap, although each waits for its predecessor's gradient sum)."""
   result = {}
   for pipeline in sorted({e.pipeline for e in events}):
     own = [e for e in events if e.pipeline == pipeline]
@@ -255,9 +263,9 @@ class Explained(NamedTuple):
 
 
 def PlanWithMeasuredTimes(runs, events, plans):
-  """{pipeline: Explained}: its plan (`plans`, Recorder.Plans) run with the median action times of all recorded
-  steps `runs`, and the Overlap of the step `events`. The bubble's gap to schedule.Bubble is unequal cells and
-  actions; to the measured, waits between actions."""
+  """{pipeline: Explained}: its plan (`plans`, Recorder.Plans) run with the median action times of
+  all recorded steps `runs`, and the Overlap of the step `events`. The bubble's gap to
+  schedule.Bubble is unequal cells and actions; to the measured, waits between actions."""
   times = ActionTimes([e for r in runs for e in r])
   overlap = Overlap(events)
   return {pipeline: Explained(schedule_lib.Simulate(plans[pipeline], costs=times[pipeline])[1], overlap[pipeline],
@@ -266,8 +274,8 @@ def PlanWithMeasuredTimes(runs, events, plans):
 
 
 def _Lanes(events):
-  """A lane for each event (events sorted by start) such that events of one lane do not overlap: a device whose
-  actions overlap in time shows them side by side instead of one over the other."""
+  """A lane for each event (events sorted by start) such that events of one lane do not overlap: a
+  device whose actions overlap in time shows them side by side instead of one over the other."""
   ends, lanes = [], []
   for e in events:
     lane = next((i for i, end in enumerate(ends) if end <= e.start), len(ends))
@@ -291,7 +299,8 @@ def _Union(intervals):
   return total + (current[1] - current[0] if current else 0.0)
 
 
-# -- outputs -------------------------------------------------------------------------------------------------------
+# -- outputs
+# -------------------------------------------------------------------------------------------------------
 def ChromeTrace(events):
   """The events as a Chrome trace (chrome://tracing, Perfetto): one process per pipeline, one thread per device."""
   origin = min(e.start for e in events)
@@ -324,8 +333,8 @@ def ShortDevice(device):
 
 
 def DrawGantt(events, path, title=''):
-  """A PNG Gantt chart: a row per device, forward and backward actions in two colours with their micro-batch
-  numbers (m:c, c the cell, where a device runs several cells), idle time shaded."""
+  """A PNG Gantt chart: a row per device, forward and backward actions in two colours with their
+  micro-batch numbers (m:c, c the cell, where a device runs several cells), idle time shaded."""
   try:
     import matplotlib  # pylint: disable=g-import-not-at-top
     matplotlib.use('Agg')

@@ -1,6 +1,7 @@
 """Inspect: a model's params text, the (replica, split) -> device map, and a table of its variables (name, shape,
 device, bytes) and pipeline cells."""
 
+from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe.planner import memory_plan
@@ -88,7 +89,7 @@ def PrintCells(pipeline, out=None, slots=0, budget=None, process=None, mesh=None
       pipeline.fprop_dtype.name), file=out)
   print('%-5s %-28s %-26s %10s %10s %14s %14s' % ('cell', 'layers', 'device', 'params', 'flops',
                                                   'act/micro-b', 'boundary'), file=out)
-  for s in memory_plan.CellSummaries(pipeline):
+  for s in CellSummaries(pipeline):
     names = [path.rsplit('/', 1)[-1] for path in s.layers]
     layers = names[0] if len(names) == 1 else '%s..%s (%d)' % (names[0], names[-1], len(names))
     print('%-5d %-28s %-26s %10s %10s %14s %14s' % (
@@ -116,3 +117,33 @@ def PrintCells(pipeline, out=None, slots=0, budget=None, process=None, mesh=None
         file=out)
   for line in memory_plan.Table([c for c in candidates if c.num_splits == pipeline.num_devices], budget, peak_of):
     print(line, file=out)
+
+
+def CellSummaries(pipe):
+  """Per cell of PipeliningLayer `pipe`: NestedMap(cell, layers, device, params, flops,
+  activation_bytes, boundary_bytes).
+
+  flops and activation estimates need params.input_shapes (else they are None). activation_bytes is
+  the sum of the cell's layer outputs for one micro-batch (what re-computing one cell holds);
+  boundary_bytes is the cell's output for the whole mini-batch (what the pipeline keeps between
+  cells).
+  """
+  shapes = pipe._InputShapes()  # pylint: disable=protected-access
+  num_micro = pipe.params.num_micro_batches
+  summaries = []
+  for k in range(pipe.num_cells):
+    layers = pipe.CellLayers(k)
+    params = sum(v.shape.num_elements() for layer in layers for v in layer.trainable_variables)
+    flops = activation = boundary = None
+    if shapes is not None:
+      flops = activation = 0
+      for layer in layers:
+        meta = type(layer).FPropMeta(layer.params, shapes)
+        shapes = meta.out_shapes[0]
+        flops += meta.flops
+        activation += memory_plan.Bytes(shapes, layer.fprop_dtype.size) // num_micro
+      boundary = memory_plan.Bytes(shapes, layers[-1].fprop_dtype.size)
+    summaries.append(NestedMap(cell=k, layers=[layer.path for layer in layers], device=pipe.devices[k],
+                               params=params, flops=flops, activation_bytes=activation,
+                               boundary_bytes=boundary))
+  return summaries

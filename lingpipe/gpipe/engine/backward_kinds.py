@@ -1,5 +1,6 @@
-"""How a cell's backward gets what it differentiates, and how the forward before it keeps that: one small strategy
-per kind, chosen once per action when a plan is bound (`Bind`), so the executor asks no flags while it runs.
+"""How a cell's backward gets what it differentiates, and how the forward before it keeps that: one
+small strategy per kind, chosen once per action when a plan is bound (`Bind`), so the executor asks
+no flags while it runs.
 
   re-compute        the forward kept the cell's input; the backward re-runs the forward from it, one traced call
                     (remat.AccumulatingBackward), once its gradient has arrived;
@@ -11,10 +12,11 @@ per kind, chosen once per action when a plan is bound (`Bind`), so the executor 
   split B/W         zero bubble: the backward computes input gradients only, its WEIGHT action the weight
                     gradients later (split_backward.py).
 
-A strategy's `Fetch` takes what the forward kept (outside the device's chain of actions), its `Backward` computes,
-inside it, on the cell's device; `Keep` is the forward of a KEEP_ACTIVATIONS action. Each timed unit of work goes
-through `run.Timed`, which stamps it while a timeline records; strategies never see the stamps. The memory planner
-reads the same strategies (`Bind`, `holds_until_weight`, `recomputes`).
+A strategy's `Fetch` takes what the forward kept (outside the device's chain of actions), its
+`Backward` computes, inside it, on the cell's device; `Keep` is the forward of a KEEP_ACTIVATIONS
+action. Each timed unit of work goes through `run.Timed`, which stamps it while a timeline records;
+strategies never see the stamps. The memory planner reads the same strategies (`Bind`,
+`holds_until_weight`, `recomputes`).
 """
 
 from typing import Any, List, NamedTuple
@@ -37,16 +39,16 @@ class Taped(NamedTuple):
 
 
 class Result(NamedTuple):
-  """What a backward leaves: its input gradients; the cell's gradient sum (None: the sum is left to WEIGHT); and
-  what else the device's next action waits for."""
+  """What a backward leaves: its input gradients; the cell's gradient sum (None: the sum is left to
+  WEIGHT); and what else the device's next action waits for."""
   input_grads: List[Any]
   accumulated: List[tf.Tensor] = None
   waits: List[Any] = ()
 
 
 def Watch(tape, cell_in, params, wanted):
-  """Inside `with tape:`, what a taped cell differentiates against: its inputs whose gradients are `wanted`
-  (remat.WantsGrad) and its parameter values."""
+  """Inside `with tape:`, what a taped cell differentiates against: its inputs whose gradients are
+  `wanted` (remat.WantsGrad) and its parameter values."""
   flat = tf.nest.flatten(cell_in)
   tape.watch([x for x, w in zip(flat, remat.WantsGrad(flat, wanted)) if w])
   tape.watch(params)
@@ -67,9 +69,10 @@ class _Recompute:
 
 
 class _EarlyRecompute(_Recompute):
-  """A cell's first re-computing backward, inline: the re-computation waits only for the device's previous action
-  (the caller's control dependencies), the backward for its gradient. Later backwards gain nothing from it (each
-  waits for the previous one, whose gradient came from the same neighbour) and stay one call each."""
+  """A cell's first re-computing backward, inline: the re-computation waits only for the device's
+  previous action (the caller's control dependencies), the backward for its gradient. Later
+  backwards gain nothing from it (each waits for the previous one, whose gradient came from the same
+  neighbour) and stay one call each."""
   name = 'early re-compute'
 
   def Backward(self, run, a, m, state, cell_in, upstream):
@@ -92,8 +95,8 @@ class _EarlyRecompute(_Recompute):
 
 
 class _StoredTape:
-  """The forward runs on a tape; the backward asks it. With the loss inside the pipeline the forward is traced
-  inline, so each layer's weight gradients join the sum as soon as they exist."""
+  """The forward runs on a tape; the backward asks it. With the loss inside the pipeline the forward
+  is traced inline, so each layer's weight gradients join the sum as soon as they exist."""
   name, recomputes, holds_until_weight = 'stored tape', False, False
 
   def Keep(self, run, a, m, state, cell_in):
@@ -127,8 +130,9 @@ class _StoredTape:
 
 
 class _SavedStack:
-  """The forward returns what its backward reads (cell_gradient.CellGradient.SavingForward): pushed on the cell's
-  stack where the passes loop, kept by micro-batch where they are unrolled (saved_stack.Pushed)."""
+  """The forward returns what its backward reads (cell_gradient.CellGradient.SavingForward): pushed
+  on the cell's stack where the passes loop, kept by micro-batch where they are unrolled
+  (saved_stack.Pushed)."""
   name, recomputes, holds_until_weight = 'saved stack', False, False
 
   def Keep(self, run, a, m, state, cell_in):
@@ -141,8 +145,8 @@ class _SavedStack:
       return outputs
 
     cell_out, moments = run.Timed(state, a, m, cell_in, Saving, stamped=True)
-    # Every loop variable needs a value before the loop: the stacks are created by the unrolled tick before it,
-    # which runs every action of the body.
+    # Every loop variable needs a value before the loop: the stacks are created by the unrolled tick
+    # before it, which runs every action of the body.
     push = not isinstance(m, int) or m in run.pushed[k]
     if push or run.pushed[k]:
       varying = cells.saving[k].Varying(cell_in, cells.params[k], saved)
@@ -173,8 +177,8 @@ class _SavedStack:
 
 
 class _Split:
-  """B: the input gradients, re-computing the forward from the kept input or from the forward's recorded tapes;
-  what the weight gradients need waits in `run.pending` for the WEIGHT action."""
+  """B: the input gradients, re-computing the forward from the kept input or from the forward's
+  recorded tapes; what the weight gradients need waits in `run.pending` for the WEIGHT action."""
   name, recomputes, holds_until_weight = 'split B/W', False, True
 
   def Keep(self, run, a, m, state, cell_in):
@@ -207,8 +211,8 @@ class _Split:
       return in_grads
 
     in_grads = run.Timed(state, a, m, [cell_in, upstream], Call, stamped=False)
-    # The device's next action waits for all B computed: its input gradients, and (cell 0's inputs may have none,
-    # e.g. token ids) the activation gradients it leaves for W.
+    # The device's next action waits for all B computed: its input gradients, and (cell 0's inputs
+    # may have none, e.g. token ids) the activation gradients it leaves for W.
     pending = run.pending[(m, k)]
     waits = [g for grads in pending.read_grads if grads for g in grads if g is not None] + [
         g for g in pending.swept if g is not None]

@@ -1,5 +1,6 @@
-"""The traced functions a PipeliningLayer's cells run as: each cell's forward, its re-computing backward and its
-inline body, cached by what their traces bake in, and handed to the executor as executor.Cells."""
+"""The traced functions a PipeliningLayer's cells run as: each cell's forward, its re-computing
+backward and its inline body, cached by what their traces bake in, and handed to the executor as
+executor.Cells."""
 
 import contextlib
 import functools
@@ -15,17 +16,17 @@ from lingpipe.gpipe.engine import remat
 
 
 def _SeedGraph():
-  """The graph of the step seed a cell's function captures (context.StepSeed), or None. A traced function keeps
-  what it captured: called from another graph (Keras traces a second step function for a smaller last batch) it
-  would read a tensor of the first, so each graph gets its own cell functions. The graph itself, not its id: a
-  new graph could reuse a collected one's id."""
+  """The graph of the step seed a cell's function captures (context.StepSeed), or None. A traced
+  function keeps what it captured: called from another graph (Keras traces a second step function
+  for a smaller last batch) it would read a tensor of the first, so each graph gets its own cell
+  functions. The graph itself, not its id: a new graph could reuse a collected one's id."""
   seed = context.StepSeedValue()
   return seed.graph if isinstance(seed, tf.Tensor) and tf.is_symbolic_tensor(seed) else None
 
 
 class CellFunctions:
-  """The functions of `layer`'s cells (a PipeliningLayer): `mesh[r][k]` is cell k's device in replica r, and
-  `cell_params[k]` its cell_params.CellParams."""
+  """The functions of `layer`'s cells (a PipeliningLayer): `mesh[r][k]` is cell k's device in
+  replica r, and `cell_params[k]` its cell_params.CellParams."""
 
   def __init__(self, layer, mesh, cell_params, batch_dim):
     self._layer, self._mesh, self._cell_params, self._batch_dim = layer, mesh, cell_params, batch_dim
@@ -33,9 +34,9 @@ class CellFunctions:
     self.cache = {}  # {what a trace bakes in: its tf.function}
 
   def Body(self, k, r, training, inputs, micro_batch_index, params, collector, padding=None):
-    """Cell k of replica r on `inputs`, reading its trainable variables as the tensors `params`. `padding`:
-    (M, pad rows, micro-batch size) when the batch was padded (the last rows of the last micro-batches are pad
-    rows, which batch statistics leave out: context.RealRows), else None."""
+    """Cell k of replica r on `inputs`, reading its trainable variables as the tensors `params`.
+    `padding`: (M, pad rows, micro-batch size) when the batch was padded (the last rows of the last
+    micro-batches are pad rows, which batch statistics leave out: context.RealRows), else None."""
     with tf.device(self._mesh[r][k]), context.Training(training), context.MicroBatch(micro_batch_index), \
         context.CollectBatchNormStats(collector), self._RealRows(padding, micro_batch_index), \
         base_layer.VariablesAs(self._layer.CellLayers(k), self._cell_params[k].Values(params,
@@ -50,14 +51,16 @@ class CellFunctions:
     return context.RealRows(self._batch_dim, tf.clip_by_value(num_micro * size - pad_rows - first, 0, size))
 
   def Forward(self, k, r, training, padding=None, stamped=False, wanted=None):
-    """A tf.function running cell k of replica r on its device: (inputs, micro-batch index, parameter values) ->
-    (outputs, batch-norm moments {layer path: moments.Moments}), and with `stamped` its start and end times
-    (timeline.Stamped). One per `padding` (see Body) and `wanted`, which the trace bakes in.
+    """A tf.function running cell k of replica r on its device: (inputs, micro-batch index,
+    parameter values) -> (outputs, batch-norm moments {layer path: moments.Moments}), and with
+    `stamped` its start and end times (timeline.Stamped). One per `padding` (see Body) and `wanted`,
+    which the trace bakes in.
 
-    `wanted` (remat.WantsGrad): the input leaves whose gradients a taped backward of this call computes. The
-    gradient of a function call is the gradient of the whole function, for every float input, and the next
-    action's wait keeps it from being pruned: the others are cut here (stop_gradient), so their gradient is a
-    zero fill instead of, say, a first layer's whole input gradient."""
+    `wanted` (remat.WantsGrad): the input leaves whose gradients a taped backward of this call
+    computes. The gradient of a function call is the gradient of the whole function, for every float
+    input, and the next action's wait keeps it from being pruned: the others are cut here
+    (stop_gradient), so their gradient is a zero fill instead of, say, a first layer's whole input
+    gradient."""
     wanted = None if wanted is None else tuple(wanted)
     key = ('forward', k, r, training, padding, stamped, wanted, _SeedGraph())
     if key not in self.cache:
@@ -76,29 +79,30 @@ class CellFunctions:
         (outputs, moments), stamps = timeline.Stamped(self._mesh[r][k], Body)
         return outputs, moments, stamps
 
-      # Not inlined: the graph keeps one call per (micro-batch, cell) instead of M copies of every cell, which keeps
-      # graph optimization and time to first step flat in M.
+      # Not inlined: the graph keeps one call per (micro-batch, cell) instead of M copies of every
+      # cell, which keeps graph optimization and time to first step flat in M.
       self.cache[key] = tf.function(Cell, autograph=False, experimental_attributes={'_noinline': True})
     return self.cache[key]
 
   def Backward(self, k, r, padding=None, stamped=False, wanted=None):
-    """Cell k's re-computing backward task in replica r (remat.AccumulatingBackward), traced once per `padding`
-    and `wanted` (the input gradients it computes) and called per micro-batch."""
+    """Cell k's re-computing backward task in replica r (remat.AccumulatingBackward), traced once
+    per `padding` and `wanted` (the input gradients it computes) and called per micro-batch."""
     wanted = None if wanted is None else tuple(wanted)
     key = ('backward', k, r, padding, stamped, wanted, _SeedGraph())
     if key not in self.cache:
-      # Re-computed through the forward's own function and the gradient TensorFlow built for it (a taped forward
-      # needs it too), so each cell's gradient is built once. Its batch-norm moments are discarded: the forward
-      # already collected them.
+      # Re-computed through the forward's own function and the gradient TensorFlow built for it (a
+      # taped forward needs it too), so each cell's gradient is built once. Its batch-norm moments
+      # are discarded: the forward already collected them.
       gradient = cell_gradient.CellGradient(self.Forward(k, r, True, padding, False, wanted))
       backward = lambda a, dy, index, params: gradient.Backward(a, index, params, dy, wanted)
       self.cache[key] = remat.AccumulatingBackward(backward, self._mesh[r][k], stamped)
     return self.cache[key]
 
   def ExecutorCells(self, replica, params, training, padding, stamped, wanted=None):
-    """executor.Cells of `replica`: each cell's forward and, in training, its re-computing and taped backward and
-    its gradient pair, through which GPipe's forwards under remat 'never' keep their activations as data.
-    `wanted`: which of the pipeline's input gradients cell 0 computes (remat.WantedInputGrads; None: all)."""
+    """executor.Cells of `replica`: each cell's forward and, in training, its re-computing and taped
+    backward and its gradient pair, through which GPipe's forwards under remat 'never' keep their
+    activations as data. `wanted`: which of the pipeline's input gradients cell 0 computes
+    (remat.WantedInputGrads; None: all)."""
     cells = range(self._num_cells)
     forward = [self.Forward(k, replica, training, padding, stamped, wanted if k == 0 else None) for k in cells]
     return executor.Cells(
@@ -110,8 +114,8 @@ class CellFunctions:
         wanted=wanted, saving=[cell_gradient.CellGradient(f) for f in forward] if training else None)
 
   def InlineBody(self, k, r, padding, inputs, micro_batch_index, params, recomputing):
-    """Cell k in training, traced where it is called (executor.Cells.body): (outputs, moments); a re-computation
-    discards its moments (the forward already collected them)."""
+    """Cell k in training, traced where it is called (executor.Cells.body): (outputs, moments); a
+    re-computation discards its moments (the forward already collected them)."""
     collector = context.BatchNormStats(discard=recomputing)
     outputs = self.Body(k, r, True, inputs, micro_batch_index, params, collector, padding)
     return outputs, {path: part for path, (_, part) in collector.moments.items()}

@@ -1,25 +1,26 @@
-"""A cell's gradient, built once: the re-computing backward reuses the gradient TensorFlow builds for the cell's
-traced function, which a taped forward needs anyway.
+"""A cell's gradient, built once: the re-computing backward reuses the gradient TensorFlow builds
+for the cell's traced function, which a taped forward needs anyway.
 
-For the gradient of a function call TensorFlow builds, once per traced function, a pair: a forward that also
-returns every tensor of the function its gradient reads, and a backward function that takes them. A backward that
-uses kept activations (a forward on a tape) gets that pair through the tape. The re-computing backward
-(remat.AccumulatingBackward) used to trace the cell's layers again and differentiate them op by op, so under remat
-'always', whose last micro-batch is taped (schedule.KeepWhereBackwardFollows), each cell's gradient was built
-twice.
+For the gradient of a function call TensorFlow builds, once per traced function, a pair: a forward
+that also returns every tensor of the function its gradient reads, and a backward function that
+takes them. A backward that uses kept activations (a forward on a tape) gets that pair through the
+tape. The re-computing backward (remat.AccumulatingBackward) used to trace the cell's layers again
+and differentiate them op by op, so under remat 'always', whose last micro-batch is taped
+(schedule.KeepWhereBackwardFollows), each cell's gradient was built twice.
 
-`CellGradient.Backward` copies the pair's forward and backward ops into the caller's graph (the re-computing
-backward's function, traced once per cell). Calling them would cost memory and time: they are never inlined when
-the cell's function is not (one call per micro-batch keeps the graph flat in M), a call that is not inlined keeps
-all its inputs, here every re-computed activation, alive until it ends (a higher peak under remat 'always'),
-and each re-computing backward function instantiated them again. Copied,
-each activation is freed once its gradient is done, as before.
+`CellGradient.Backward` copies the pair's forward and backward ops into the caller's graph (the
+re-computing backward's function, traced once per cell). Calling them would cost memory and time:
+they are never inlined when the cell's function is not (one call per micro-batch keeps the graph
+flat in M), a call that is not inlined keeps all its inputs, here every re-computed activation,
+alive until it ends (a higher peak under remat 'always'), and each re-computing backward function
+instantiated them again. Copied, each activation is freed once its gradient is done, as before.
 
-The same pair lets a forward that keeps its activations run in a loop (remat 'never' in GPipe's looped passes):
-a GradientTape cannot outlive a tf.while_loop iteration, so taped forwards ran unrolled and the graph grew with M.
-`SavingForward` calls the pair's forward, which returns the call's outputs and the tensors its backward reads (the
-executor pushes them on a stack per cell), and `SavedBackward` calls the pair's backward on them: the same two
-calls a tape makes (TensorFlow rewrites a taped call into the pair's forward), so the same memory and ops.
+The same pair lets a forward that keeps its activations run in a loop (remat 'never' in GPipe's
+looped passes): a GradientTape cannot outlive a tf.while_loop iteration, so taped forwards ran
+unrolled and the graph grew with M. `SavingForward` calls the pair's forward, which returns the
+call's outputs and the tensors its backward reads (the executor pushes them on a stack per cell),
+and `SavedBackward` calls the pair's backward on them: the same two calls a tape makes (TensorFlow
+rewrites a taped call into the pair's forward), so the same memory and ops.
 
 The pair comes from `ConcreteFunction._delayed_rewrite_functions`, which is not public API:
 tests/test_cell_gradient.py fails at once if a TensorFlow upgrade moves it.
@@ -40,14 +41,16 @@ class _Pair(NamedTuple):
   num_outputs: int  # how many of the forward's outputs are the call's own
   backward: Any  # the pair's backward function: inputs are one gradient per trainable output, then captures
   backward_captures: List  # what the backward captured: forward graph tensors (saved by the forward) or outer ones
-  # Per saved tensor, what it is where it is the same in every call, else None: the index of the call argument
-  # (flat: inputs, index, params, captures) it is, for a parameter or a capture, or the value of a small constant.
+  # Per saved tensor, what it is where it is the same in every call, else None: the index of the
+  # call argument (flat: inputs, index, params, captures) it is, for a parameter or a capture, or
+  # the value of a small constant.
   same_in_every_call: List
 
 
 class CellGradient:
-  """fn(inputs, micro_batch_index, params) -> (outputs, ...) (a cell's tf.function), re-computed and differentiated
-  through the forward/backward pair TensorFlow builds for its gradient, or run as that pair's two calls."""
+  """fn(inputs, micro_batch_index, params) -> (outputs, ...) (a cell's tf.function), re-computed and
+  differentiated through the forward/backward pair TensorFlow builds for its gradient, or run as
+  that pair's two calls."""
 
   def __init__(self, fn):
     self._fn = fn
@@ -59,14 +62,16 @@ class CellGradient:
     concrete = self._fn.get_concrete_function(*args)
     if concrete.name not in self._pairs:
       rewrite = concrete._delayed_rewrite_functions  # pylint: disable=protected-access
-      # The call's own outputs (forward_backward appends the saved tensors to the graph's outputs). A tape asks for
-      # the pair with one gradient per output of the call: this is the pair a taped forward of fn uses.
+      # The call's own outputs (forward_backward appends the saved tensors to the graph's outputs).
+      # A tape asks for the pair with one gradient per output of the call: this is the pair a taped
+      # forward of fn uses.
       num_outputs = rewrite._num_inference_outputs  # pylint: disable=protected-access
       forward, backward = rewrite.forward_backward(num_outputs)
       first_same = len(tf.nest.flatten(args[:2]))
       position = {t.ref(): i for i, t in enumerate(concrete.graph.inputs) if i >= first_same}
-      # Small constants (shapes, scalars) are made again where the backward is called; a large one (a table) is
-      # pushed like an activation, by reference, rather than copied into the graph at each call site.
+      # Small constants (shapes, scalars) are made again where the backward is called; a large one
+      # (a table) is pushed like an activation, by reference, rather than copied into the graph at
+      # each call site.
       small = lambda t: t.op.type == 'Const' and t.shape.num_elements() <= 1024
       same = [tf.get_static_value(t) if small(t) else position.get(t.ref())
               for t in concrete.graph.outputs[num_outputs:]]
@@ -82,9 +87,10 @@ class CellGradient:
     return self._graph_defs[pair.concrete.name]
 
   def Backward(self, inputs, micro_batch_index, params, upstream, wanted=None):
-    """(input grads, param grads) of fn's first output for `upstream`, re-computing fn once `upstream` exists, as
-    remat.Backward: input grads follow tf.nest.flatten(inputs), None for leaves not `wanted` (remat.WantsGrad);
-    param grads follow `params`, zeros for unused ones; the input grads wait for the param grads."""
+    """(input grads, param grads) of fn's first output for `upstream`, re-computing fn once
+    `upstream` exists, as remat.Backward: input grads follow tf.nest.flatten(inputs), None for
+    leaves not `wanted` (remat.WantsGrad); param grads follow `params`, zeros for unused ones; the
+    input grads wait for the param grads."""
     inputs = remat.AfterGradient(inputs, upstream)
     args = (inputs, micro_batch_index, params)
     pair = self.Pair(args)
@@ -106,9 +112,9 @@ class CellGradient:
     return outputs, list(flat[pair.num_outputs:])
 
   def Varying(self, inputs, params, saved):
-    """Of what SavingForward saved, the tensors that differ between calls (Restore gives back the rest: parameters,
-    captures, constants; a Transformer layer's backward reads 37 tensors, its 8 weights and 6 constants among
-    them)."""
+    """Of what SavingForward saved, the tensors that differ between calls (Restore gives back the
+    rest: parameters, captures, constants; a Transformer layer's backward reads 37 tensors, its 8
+    weights and 6 constants among them)."""
     pair = self.Pair((inputs, tf.TensorSpec([], tf.int64), params))
     return [t for t, same in zip(saved, pair.same_in_every_call) if same is None]
 
@@ -128,18 +134,19 @@ class CellGradient:
             for same in pair.same_in_every_call]
 
   def SavedBackward(self, inputs, micro_batch_index, params, saved, upstream, wanted=None):
-    """Backward's result for the SavingForward call that returned `saved`: one call of the pair's backward.
-    `inputs` are read only for their structure and dtypes."""
+    """Backward's result for the SavingForward call that returned `saved`: one call of the pair's
+    backward. `inputs` are read only for their structure and dtypes."""
     pair = self.Pair((inputs, micro_batch_index, params))
-    # The call takes the backward's captures as arguments: here, the forward's saved tensors in their place.
+    # The call takes the backward's captures as arguments: here, the forward's saved tensors in
+    # their place.
     call = pair.backward._call_flat  # pylint: disable=protected-access
     grads = call(_OutputGrads(pair, upstream), _Captures(pair, saved))
     return _Grads(grads, inputs, micro_batch_index, params, wanted)
 
 
 def _OutputGrads(pair, upstream):
-  """What the pair's backward takes first: one gradient per trainable output of the call, in order: `upstream` for
-  fn's first output, zeros for the rest (batch-norm moments, timestamps)."""
+  """What the pair's backward takes first: one gradient per trainable output of the call, in order:
+  `upstream` for fn's first output, zeros for the rest (batch-norm moments, timestamps)."""
   grads = list(tf.nest.flatten(upstream)) + [None] * pair.num_outputs
   return [tf.zeros_like(out) if grad is None else tf.cast(grad, out.dtype)
           for out, grad in zip(pair.concrete.graph.outputs[:pair.num_outputs], grads)
@@ -161,12 +168,13 @@ def _Grads(grads, inputs, micro_batch_index, params, wanted):
 
 
 def _Copy(graph, graph_def, inputs, name):
-  """graph's outputs, computed from `inputs` (one per graph input) by a copy of its ops in the current graph.
-  Outside the caller's control dependencies: the importer compares them with `in`, which fails for a tensor. The
-  copied ops need none: what they compute waits for `inputs` (the re-computation's are gated on the gradient)."""
+  """graph's outputs, computed from `inputs` (one per graph input) by a copy of its ops in the
+  current graph. Outside the caller's control dependencies: the importer compares them with `in`,
+  which fails for a tensor. The copied ops need none: what they compute waits for `inputs` (the
+  re-computation's are gated on the gradient)."""
   with tf.control_dependencies(None):
-    # The importer takes tensors of the current graph only; a call would capture the others (an outer graph's step
-    # seed, a closed-over constant), and so does this.
+    # The importer takes tensors of the current graph only; a call would capture the others (an
+    # outer graph's step seed, a closed-over constant), and so does this.
     current = tf.compat.v1.get_default_graph()
     inputs = [x if getattr(x, 'graph', None) is current else current.capture(x) for x in inputs]
     return tf.graph_util.import_graph_def(graph_def, input_map=dict(zip([t.name for t in graph.inputs], inputs)),
@@ -174,8 +182,9 @@ def _Copy(graph, graph_def, inputs, name):
 
 
 def _WithoutColocation(graph_def):
-  """graph_def without colocation constraints: gradient ops ask to sit with the forward ops they differentiate
-  (e.g. a gather's gradient with its parameters), which are not in the copy; it runs on the caller's device."""
+  """graph_def without colocation constraints: gradient ops ask to sit with the forward ops they
+  differentiate (e.g. a gather's gradient with its parameters), which are not in the copy; it runs
+  on the caller's device."""
   for node in graph_def.node:
     if '_class' in node.attr:
       del node.attr['_class']

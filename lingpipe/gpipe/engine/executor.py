@@ -1,12 +1,12 @@
 """Runs a schedule's Plan (schedule.py) as TensorFlow ops: the plan decides, the executor only interprets it.
 
-Each FORWARD or BACKWARD action is one call of the cell's traced function on the cell's device; each device's
-actions are chained in plan order (an action waits for what the device's previous action produced, its gradient
-sum included); the only edges between devices are the SENDs. A phase's steady ticks run as one loop
-(phase_loop.py). Plans that split the backward (zero bubble) and, where a forward keeps its activations, plans
-with the loss inside trace their cells inline instead (Cells.body), so that weight gradients can be deferred or
-summed layer by layer. What a later action needs lives in State and Kept. docs/design.md says why each rule is
-there.
+Each FORWARD or BACKWARD action is one call of the cell's traced function on the cell's device; each
+device's actions are chained in plan order (an action waits for what the device's previous action
+produced, its gradient sum included); the only edges between devices are the SENDs. A phase's steady
+ticks run as one loop (phase_loop.py). Plans that split the backward (zero bubble) and, where a
+forward keeps its activations, plans with the loss inside trace their cells inline instead
+(Cells.body), so that weight gradients can be deferred or summed layer by layer. What a later action
+needs lives in State and Kept. docs/design.md says why each rule is there.
 """
 
 import tensorflow as tf
@@ -27,32 +27,34 @@ from lingpipe.gpipe.engine.executor_types import Write
 
 
 class _Interpreter:
-  """Runs one action of a plan on a State: the FORWARD, BACKWARD, WEIGHT and SEND of every phase and schedule. How
-  a backward gets what it differentiates is its bound strategy's (backward_kinds.Bind); stamping while a timeline
-  records is `Timed`'s."""
+  """Runs one action of a plan on a State: the FORWARD, BACKWARD, WEIGHT and SEND of every phase and
+  schedule. How a backward gets what it differentiates is its bound strategy's
+  (backward_kinds.Bind); stamping while a timeline records is `Timed`'s."""
 
   def __init__(self, facts, cells, inputs=None, upstreams=None, kept=None, loss=None, recording=False):
     plan = facts.plan
     self.plan, self.cells, self.inputs, self.upstreams, self.loss = plan, cells, inputs, upstreams, loss
     self.kept = kept or Kept(inputs, {}, {}, {}, saves={}, recorded={})
     self.recording = recording
-    # While recording a plan whose actions are traced inline, the runtime interleaves the ops of a device's
-    # neighbouring actions (a W with the next F), so their stamps overlapped and ran late: there, the device's next
-    # action also waits for the previous one's end stamp, and each box is one action alone on its device. Hand-offs
-    # do not wait for it.
+    # While recording a plan whose actions are traced inline, the runtime interleaves the ops of a
+    # device's neighbouring actions (a W with the next F), so their stamps overlapped and ran late:
+    # there, the device's next action also waits for the previous one's end stamp, and each box is
+    # one action alone on its device. Hand-offs do not wait for it.
     self.serialize = recording and (plan.splits_backward or loss is not None)
     self.ends = {}  # {device: the end stamp of its last externally timed action}, while serializing
     self.unit_end = None  # While recording: the end stamp of this action's previous timed unit, written.
     self.dy = {}  # {micro-batch: gradient of its loss share w.r.t. the last cell's outputs} (with a loss)
-    # An unrolled phase with a loss (1F1B) keeps cell inputs as tensors, freed once their backward read them (a
-    # TensorArray frees nothing until the step ends, which kept all M micro-batches' inputs alive).
+    # An unrolled phase with a loss (1F1B) keeps cell inputs as tensors, freed once their backward
+    # read them (a TensorArray frees nothing until the step ends, which kept all M micro-batches'
+    # inputs alive).
     self.kept_inputs = {}
     self.saves, self.strategies, self.pushed = facts.saves, facts.strategies, facts.pushed  # step_facts.py
     self.pending = {}  # {(micro-batch, cell): split_backward.Pending} between a split BACKWARD and its WEIGHT
-    # {device: cell}: the device's last action was a BACKWARD or WEIGHT of that cell, and its next action also waits
-    # for the cell's gradient sum (Last). Not in state.last: a loop carries each tensor of its state as one loop
-    # variable, the same tensor twice as two. As the steady ticks repeat one pattern, a device's last action has the
-    # same kind and cell before the loop and at the end of its body.
+    # {device: cell}: the device's last action was a BACKWARD or WEIGHT of that cell, and its next
+    # action also waits for the cell's gradient sum (Last). Not in state.last: a loop carries each
+    # tensor of its state as one loop variable, the same tensor twice as two. As the steady ticks
+    # repeat one pattern, a device's last action has the same kind and cell before the loop and at
+    # the end of its body.
     self.sums_of = {}
 
   def __call__(self, a, m, state):
@@ -79,11 +81,11 @@ class _Interpreter:
     return list(state.last.get(device, [])) + (list(state.accumulated[k]) if k is not None else [])
 
   def Timed(self, state, action, m, waits_for, call, stamped, kind=None):
-    """call() on the action's cell's device, its (start, end) written to state.times[(kind, cell)] (rows of (m,
-    start, end)) while recording: `stamped` calls return their own stamps as a last output (timeline.Stamped),
-    others are stamped from outside (timeline.Timed, which waits for `waits_for`, the device's previous action and
-    this action's previous unit). `kind` (default: the action's) RECOMPUTE: the early re-computation of a cell's
-    first backward, one row per cell."""
+    """call() on the action's cell's device, its (start, end) written to state.times[(kind, cell)]
+    (rows of (m, start, end)) while recording: `stamped` calls return their own stamps as a last
+    output (timeline.Stamped), others are stamped from outside (timeline.Timed, which waits for
+    `waits_for`, the device's previous action and this action's previous unit). `kind` (default: the
+    action's) RECOMPUTE: the early re-computation of a cell's first backward, one row per cell."""
     if not self.recording:
       return call()
     device = self.cells.devices[action.cell]
@@ -114,9 +116,9 @@ class _Interpreter:
     return state  # The device's next action waits for the sending action (state.last), not for the copy.
 
   def MicroBatch(self, micro_batches, a, m, state):
-    """micro_batches.At(m) (phase_loop.MicroBatches) for action `a`. In a loop it is a gather, a copy, made once the
-    device's previous action is done: else the loop's iterations run ahead and make every iteration's copy at its
-    start, which raises the peak memory."""
+    """micro_batches.At(m) (phase_loop.MicroBatches) for action `a`. In a loop it is a gather, a
+    copy, made once the device's previous action is done: else the loop's iterations run ahead and
+    make every iteration's copy at its start, which raises the peak memory."""
     if isinstance(m, int):  # A micro-batch of the list: no op.
       return micro_batches.At(m)
     with tf.control_dependencies(self.Last(state, a.device)):
@@ -182,10 +184,11 @@ class _Interpreter:
       upstream = self.dy.pop(m) if self.loss is not None else self.MicroBatch(self.upstreams, a, m, state)
     with tf.device(device), tf.control_dependencies(self.Last(state, a.device)):
       result = strategy.Backward(self, a, m, state, fetched, upstream)
-    # The device's next action waits for the input gradients and the sum. Waiting for the input gradients alone,
-    # GPipe's next backward ran beside this one's weight gradients (graph function calls are inlined), above the
-    # planned peak. Waiting for nothing but the sum, grappler rewrites the chain of adds into one AddN, which keeps
-    # every micro-batch's gradients alive until the last. The price: one device with idle threads loses overlap.
+    # The device's next action waits for the input gradients and the sum. Waiting for the input
+    # gradients alone, GPipe's next backward ran beside this one's weight gradients (graph function
+    # calls are inlined), above the planned peak. Waiting for nothing but the sum, grappler rewrites
+    # the chain of adds into one AddN, which keeps every micro-batch's gradients alive until the
+    # last. The price: one device with idle threads loses overlap.
     floats = [g for g in result.input_grads if g is not None]
     if k > 0:
       state.produced[k] = result.input_grads
@@ -217,8 +220,9 @@ class _Interpreter:
 def _Record(recorder, name, kind, devices, state, plan):
   if recorder is None:
     return
-  # RECOMPUTE rows exist only for cells whose first backward re-computes (backward_kinds.EARLY_RECOMPUTE); the
-  # other passes have a row for every cell, and a missing one fails here.
+  # RECOMPUTE rows exist only for cells whose first backward re-computes
+  # (backward_kinds.EARLY_RECOMPUTE); the other passes have a row for every cell, and a missing one
+  # fails here.
   cells = [k for k in range(plan.num_cells) if (kind, k) in state.times] if kind == timeline.RECOMPUTE else range(
       plan.num_cells)
   if cells:
@@ -238,9 +242,10 @@ def _InputGrads(state, like, wanted):
 
 
 def Forward(facts, cells, micro, stacked, recorder=None, name=''):
-  """Runs the forward phase of facts.plan (step_facts.StepFacts). `micro`: the micro-batches, a list; `stacked`:
-  the same as microbatch.Stacked gives them (needed where facts.loops says the phase loops). Returns a ForwardResult. With a timeline.Recorder, every
-  action's timestamps are added to it as pipeline `name`'s forward pass."""
+  """Runs the forward phase of facts.plan (step_facts.StepFacts). `micro`: the micro-batches, a
+  list; `stacked`: the same as microbatch.Stacked gives them (needed where facts.loops says the
+  phase loops). Returns a ForwardResult. With a timeline.Recorder, every action's timestamps are
+  added to it as pipeline `name`'s forward pass."""
   inputs = phase_loop.MicroBatches(micro, stacked, cells.devices[0])
   plan = facts.plan
   run = _Interpreter(facts, cells, inputs=inputs, recording=recorder is not None)
@@ -255,20 +260,22 @@ def Forward(facts, cells, micro, stacked, recorder=None, name=''):
 
 
 def Backward(facts, cells, dy_micro, dy_stacked, kept, recorder=None, name=''):
-  """Runs the backward phase of facts.plan. `dy_micro` and `dy_stacked`: the gradients of the last cell's outputs, as
-  `micro` and `stacked` of Forward.
+  """Runs the backward phase of facts.plan. `dy_micro` and `dy_stacked`: the gradients of the last
+  cell's outputs, as `micro` and `stacked` of Forward.
 
-  Returns (per-leaf TensorArrays of the first cell's input gradients (None for non-float leaves), {cell: its
-  parameter gradients summed over the micro-batches}). With a timeline.Recorder, every action's timestamps are
-  added to it as pipeline `name`'s backward pass.
+  Returns (per-leaf TensorArrays of the first cell's input gradients (None for non-float leaves),
+  {cell: its parameter gradients summed over the micro-batches}). With a timeline.Recorder, every
+  action's timestamps are added to it as pipeline `name`'s backward pass.
   """
   upstreams = phase_loop.MicroBatches(dy_micro, dy_stacked, cells.devices[-1])
   plan = facts.plan
   run = _Interpreter(facts, cells, upstreams=upstreams, kept=kept, recording=recorder is not None)
-  # Each device's first backward waits for its last forward (a re-computation may start before its gradient).
+  # Each device's first backward waits for its last forward (a re-computation may start before its
+  # gradient).
   start = EmptyState()._replace(last=dict(kept.last or {}), saved=dict(kept.saved or {}))
-  # The backward pass's loop captures the parameters as they are: packed there too (phase_loop.Invariant), the
-  # peak memory rose, for reasons not yet understood (docs/notes/code-measurements.md).
+  # The backward pass's loop captures the parameters as they are: packed there too
+  # (phase_loop.Invariant), the peak memory rose, for reasons not yet understood
+  # (docs/notes/code-measurements.md).
   state = phase_loop.RunPhase(plan, plan_lib.BACKWARD, run, start, facts.loops[plan_lib.BACKWARD])
   _Record(recorder, name, timeline.BACKWARD, cells.devices, state, plan)
   _Record(recorder, name, timeline.RECOMPUTE, cells.devices, state, plan)
@@ -276,11 +283,11 @@ def Backward(facts, cells, dy_micro, dy_stacked, kept, recorder=None, name=''):
 
 
 def Step(facts, cells, micro, loss, recorder=None, name=''):
-  """Runs facts.plan, whose one phase interleaves forwards and backwards (schedule.NEEDS_LOSS). loss(m, outputs) runs
-  on the last cell's device right after its forward of micro-batch m and returns the gradient of m's share of
-  the loss w.r.t. those outputs, which starts m's backward. Returns (input gradient TensorArrays as Backward's,
-  {cell: parameter gradients summed over the micro-batches}, {layer path: moments.Moments}). Unrolled: the
-  graph grows with M."""
+  """Runs facts.plan, whose one phase interleaves forwards and backwards (schedule.NEEDS_LOSS).
+  loss(m, outputs) runs on the last cell's device right after its forward of micro-batch m and
+  returns the gradient of m's share of the loss w.r.t. those outputs, which starts m's backward.
+  Returns (input gradient TensorArrays as Backward's, {cell: parameter gradients summed over the
+  micro-batches}, {layer path: moments.Moments}). Unrolled: the graph grows with M."""
   inputs = phase_loop.MicroBatches(micro, None, cells.devices[0])
   plan = facts.plan
   run = _Interpreter(facts, cells, inputs=inputs, loss=loss, recording=recorder is not None)

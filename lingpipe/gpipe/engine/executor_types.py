@@ -1,5 +1,6 @@
-"""What the executor runs and hands between actions: the cells (Cells), a phase's state (State), what the forward
-pass leaves for the backward (Kept), and the ops of a SEND and of the stashes (executor.py runs them)."""
+"""What the executor runs and hands between actions: the cells (Cells), a phase's state (State),
+what the forward pass leaves for the backward (Kept), and the ops of a SEND and of the stashes
+(executor.py runs them)."""
 
 from typing import Any, Callable, Dict, List, NamedTuple
 
@@ -10,17 +11,17 @@ class Cells(NamedTuple):
   """What the executor runs, one entry per cell (lists indexed by cell).
 
   forward[k](inputs, index, params) -> (outputs, {layer path: moments.Moments}[, (start, end)]);
-  backward[k](inputs, upstream, index, params, accumulated) -> (input grads, accumulated + param grads[, stamps]),
-  for a cell's later re-computing backwards (its first runs inline from `body`: backward_kinds.EARLY_RECOMPUTE);
-  taped_backward(params, inputs, upstream, tape, outputs, wanted) -> (input grads, param grads). The [start, end]
-  outputs exist when `stamped` (timeline.Stamped).
-  body[k](inputs, index, params, recomputing) -> (outputs, moments): cell k's forward traced inline (plans that split
-  the backward record it, split_backward.py; `recomputing` discards the moments).
-  wanted: per leaf of cell 0's inputs, whether its gradient is computed (remat.WantedInputGrads; None: every float
-  leaf). backward[0] must compute the same ones. Later cells compute every float input gradient: the previous
-  cell needs them.
-  saving[k]: cell_gradient.CellGradient of forward[k]: forwards that keep their activations return them as data
-  (SavingForward) where the plan allows it (step_facts.Derive), so that they can loop.
+  backward[k](inputs, upstream, index, params, accumulated) -> (input grads, accumulated + param
+  grads[, stamps]), for a cell's later re-computing backwards (its first runs inline from `body`:
+  backward_kinds.EARLY_RECOMPUTE); taped_backward(params, inputs, upstream, tape, outputs, wanted)
+  -> (input grads, param grads). The [start, end] outputs exist when `stamped` (timeline.Stamped).
+  body[k](inputs, index, params, recomputing) -> (outputs, moments): cell k's forward traced inline
+  (plans that split the backward record it, split_backward.py; `recomputing` discards the moments).
+  wanted: per leaf of cell 0's inputs, whether its gradient is computed (remat.WantedInputGrads;
+  None: every float leaf). backward[0] must compute the same ones. Later cells compute every float
+  input gradient: the previous cell needs them. saving[k]: cell_gradient.CellGradient of forward[k]:
+  forwards that keep their activations return them as data (SavingForward) where the plan allows it
+  (step_facts.Derive), so that they can loop.
   """
   devices: List[str]
   params: List[List[tf.Tensor]]
@@ -80,13 +81,14 @@ def HandOff(structure, device):
 
 
 def CutFromCallerTapes(inputs, params, devices):
-  """(inputs, params) as a pipeline's custom gradient hands them to the executor: the same values, no longer
-  watched by the caller's tapes (its gradients come from the custom gradient, never through the body). The
-  executor's own tapes watch them explicitly; were a caller's tape watching too, TensorFlow would treat each taped
-  cell call as possibly higher-order and build the cell's gradient functions three times instead of once
-  (most of a large model's trace time). Each cut runs where its tensors live: the inputs on cell 0's device
-  (devices[0]), cell k's parameters (params[k]) on cell k's; unplaced, a cut was put elsewhere and each step copied
-  the parameters there and back."""
+  """(inputs, params) as a pipeline's custom gradient hands them to the executor: the same values,
+  no longer watched by the caller's tapes (its gradients come from the custom gradient, never
+  through the body). The executor's own tapes watch them explicitly; were a caller's tape watching
+  too, TensorFlow would treat each taped cell call as possibly higher-order and build the cell's
+  gradient functions three times instead of once (most of a large model's trace time). Each cut runs
+  where its tensors live: the inputs on cell 0's device (devices[0]), cell k's parameters
+  (params[k]) on cell k's; unplaced, a cut was put elsewhere and each step copied the parameters
+  there and back."""
   def Cut(structure, device):
     with tf.device(device):
       return tf.nest.map_structure(tf.stop_gradient, structure)

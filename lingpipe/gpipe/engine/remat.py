@@ -1,16 +1,17 @@
 """Re-materialization: the backward pass of a segment that re-computes its forward instead of storing it.
 
-On TF 2.21 (docs/design.md): `tf.recompute_grad` inside a `tf.function` often saves no memory, because the
-executor may run every recomputation as soon as its inputs exist (i.e. during the forward pass) and run weight
-gradients late, so all recomputed activations are alive at once. Two control dependencies fix the order:
+On TF 2.21 (docs/design.md): `tf.recompute_grad` inside a `tf.function` often saves no memory,
+because the executor may run every recomputation as soon as its inputs exist (i.e. during the
+forward pass) and run weight gradients late, so all recomputed activations are alive at once. Two
+control dependencies fix the order:
   1. the recomputation waits for the gradient arriving from the next segment, so it runs in the backward pass,
      one segment at a time;
   2. the gradient sent to the previous segment waits for this segment's weight gradients, so this segment's
      recomputed activations are freed before the previous segment starts re-computing.
 
 `Backward` is the taped per-(cell, micro-batch) backward of the pipeline (its re-computing one,
-`AccumulatingBackward`, re-computes through cell_gradient.py with the same two dependencies); `Recompute(fn)` wraps
-any function of tensors with it, for re-materialization outside a pipeline.
+`AccumulatingBackward`, re-computes through cell_gradient.py with the same two dependencies);
+`Recompute(fn)` wraps any function of tensors with it, for re-materialization outside a pipeline.
 """
 
 import tensorflow as tf
@@ -23,8 +24,8 @@ POLICIES = ('always', 'except_last', 'never')
 
 
 def WantsGrad(flat_inputs, wanted=None):
-  """Per leaf of `flat_inputs`, whether a backward computes its gradient: `wanted[i]` (see WantedInputGrads) when
-  given, else every float leaf."""
+  """Per leaf of `flat_inputs`, whether a backward computes its gradient: `wanted[i]` (see
+  WantedInputGrads) when given, else every float leaf."""
   if wanted is None:
     return [t.dtype.is_floating for t in flat_inputs]
   return [bool(w) and t.dtype.is_floating for t, w in zip(flat_inputs, wanted)]
@@ -38,12 +39,12 @@ def CutUnwanted(inputs, wanted):
 
 
 def WantedInputGrads(flat_inputs):
-  """Per leaf, whether the caller can use its gradient: a float leaf some active tape watches (it depends on
-  trainable variables, or the caller watched it). A batch of images or of constant features is watched by none,
-  and its gradient would be computed for nothing: cell 0's first layer would compute its input gradient, as
-  costly as its weight gradient. Where no tape is active at all the
-  gradient may be asked symbolically (tf.gradients, or a tf.function whose gradient is taken from outside), so
-  every float leaf stays wanted."""
+  """Per leaf, whether the caller can use its gradient: a float leaf some active tape watches (it
+  depends on trainable variables, or the caller watched it). A batch of images or of constant
+  features is watched by none, and its gradient would be computed for nothing: cell 0's first layer
+  would compute its input gradient, as costly as its weight gradient. Where no tape is active at all
+  the gradient may be asked symbolically (tf.gradients, or a tf.function whose gradient is taken
+  from outside), so every float leaf stays wanted."""
   floats = [t.dtype.is_floating for t in flat_inputs]
   if not record.could_possibly_record():
     return floats
@@ -55,8 +56,8 @@ def GradsOrZeros(grads, tensors):
 
 
 def FloatTargets(outputs, output_grads):
-  """(the float leaves of `outputs`, their upstream gradients: zeros for None, cast to the leaf's dtype), the
-  targets and output_gradients of a tape gradient."""
+  """(the float leaves of `outputs`, their upstream gradients: zeros for None, cast to the leaf's
+  dtype), the targets and output_gradients of a tape gradient."""
   float_outputs, float_grads = [], []
   for out, grad in zip(tf.nest.flatten(outputs), tf.nest.flatten(output_grads)):
     if out.dtype.is_floating:
@@ -68,13 +69,14 @@ def FloatTargets(outputs, output_grads):
 def Backward(fn, variables, inputs, output_grads, tape=None, outputs=None, wanted=None):
   """(input grads, variable grads) of outputs = fn(inputs) for the upstream `output_grads`.
 
-  `variables` are tf.Variables fn reads, or tensors it closes over (a pipeline cell's parameter values).
+  `variables` are tf.Variables fn reads, or tensors it closes over (a pipeline cell's parameter
+  values).
 
-  With `tape` (recorded around the forward, together with its `outputs`), the stored activations are used;
-  without it, `fn(inputs)` is recomputed after `output_grads` exist. Either way the input gradients are made to
-  wait for the variable gradients. Input gradients follow tf.nest.flatten(inputs), None for non-float leaves and
-  for those `wanted` (WantsGrad) leaves out; variable gradients follow `variables` (zeros for variables the
-  segment does not use).
+  With `tape` (recorded around the forward, together with its `outputs`), the stored activations are
+  used; without it, `fn(inputs)` is recomputed after `output_grads` exist. Either way the input
+  gradients are made to wait for the variable gradients. Input gradients follow
+  tf.nest.flatten(inputs), None for non-float leaves and for those `wanted` (WantsGrad) leaves out;
+  variable gradients follow `variables` (zeros for variables the segment does not use).
   """
   if tape is None:
     inputs = AfterGradient(inputs, output_grads)
@@ -100,10 +102,10 @@ def AfterGradient(inputs, output_grads):
 
 
 def WeightsFirst(var_grads, variables, input_grads, flat_inputs, wants):
-  """(input grads, variable grads) of a segment's backward: variable grads dense, zeros for None (a pipeline sums
-  them over micro-batches; IndexedSlices, e.g. of an embedding, do not add up); input grads per flat input, None
-  where not `wants`, zeros for None, and (2) made to wait for the variable grads, so the previous segment starts
-  only once this one's weight gradients are done."""
+  """(input grads, variable grads) of a segment's backward: variable grads dense, zeros for None (a
+  pipeline sums them over micro-batches; IndexedSlices, e.g. of an embedding, do not add up); input
+  grads per flat input, None where not `wants`, zeros for None, and (2) made to wait for the
+  variable grads, so the previous segment starts only once this one's weight gradients are done."""
   var_grads = [tf.convert_to_tensor(g) for g in GradsOrZeros(var_grads, variables)]
   with tf.control_dependencies(var_grads):
     input_grads = [tf.identity(tf.zeros_like(x) if g is None else g) if w else None
@@ -118,8 +120,9 @@ def TapedBackward(params, inputs, upstream, tape, outputs, wanted=None):
 
 
 def AddGrads(accumulated, grads):
-  """`accumulated` + `grads` (or `grads` when None): a cell's parameter gradients summed over micro-batches, in
-  float32 when they come in a half-precision compute dtype, as the float32 master weights they update."""
+  """`accumulated` + `grads` (or `grads` when None): a cell's parameter gradients summed over
+  micro-batches, in float32 when they come in a half-precision compute dtype, as the float32 master
+  weights they update."""
   grads = [tf.cast(g, tf.float32) if g.dtype in (tf.bfloat16, tf.float16) else g for g in grads]
   return grads if accumulated is None else [a + g for a, g in zip(accumulated, grads)]
 
@@ -127,15 +130,16 @@ def AddGrads(accumulated, grads):
 def AccumulatingBackward(backward, device, stamped=False):
   """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
 
-  Step(inputs, output_grads, micro_batch_index, params, accumulated) -> (input grads, accumulated + param grads)
-  (accumulated: the sum of the cell's earlier backwards; its first runs inline, backward_kinds.EARLY_RECOMPUTE), where
-  backward(inputs, output_grads, micro_batch_index, params) -> (input grads, param grads) re-computes the cell
-  (cell_gradient.CellGradient.Backward) and `params` are its parameter values (a list of tensors, cell_params.py).
-  Because the call is not inlined it starts only when all its arguments exist, so threading `accumulated` through
-  the calls of one cell runs them one at a time, in schedule order: at most one micro-batch's recomputed
-  activations per device are alive, and the partial gradients are summed as they come (graph rewriting cannot turn
-  the sum into one AddN that keeps all of them alive). With `stamped`, Step also returns its start and end times
-  (timeline.Stamped).
+  Step(inputs, output_grads, micro_batch_index, params, accumulated) -> (input grads, accumulated +
+  param grads) (accumulated: the sum of the cell's earlier backwards; its first runs inline,
+  backward_kinds.EARLY_RECOMPUTE), where backward(inputs, output_grads, micro_batch_index, params)
+  -> (input grads, param grads) re-computes the cell (cell_gradient.CellGradient.Backward) and
+  `params` are its parameter values (a list of tensors, cell_params.py). Because the call is not
+  inlined it starts only when all its arguments exist, so threading `accumulated` through the calls
+  of one cell runs them one at a time, in schedule order: at most one micro-batch's recomputed
+  activations per device are alive, and the partial gradients are summed as they come (graph
+  rewriting cannot turn the sum into one AddN that keeps all of them alive). With `stamped`, Step
+  also returns its start and end times (timeline.Stamped).
   """
 
   def Step(inputs, output_grads, micro_batch_index, params, accumulated):
@@ -155,16 +159,16 @@ def AccumulatingBackward(backward, device, stamped=False):
 def Recompute(fn, variables_fn=None):
   """Wraps fn(*tensors) -> tensor(s) so that its backward re-computes it (see the module docstring).
 
-  `variables_fn` returns the trainable variables fn reads (e.g. `lambda: layer.trainable_variables`); by default
-  the variables TensorFlow saw fn read are used.
+  `variables_fn` returns the trainable variables fn reads (e.g. `lambda:
+  layer.trainable_variables`); by default the variables TensorFlow saw fn read are used.
   """
 
   @tf.custom_gradient
   def Wrapped(*args):
     outputs = fn(*args)
-    # Gradients are usually asked for outside the forward's Training/StepSeed blocks: re-enter them so the
-    # re-computation takes the same branch and draws the same dropout masks. Its batch norm moments are dropped:
-    # the forward already moved (or collected) them.
+    # Gradients are usually asked for outside the forward's Training/StepSeed blocks: re-enter them
+    # so the re-computation takes the same branch and draws the same dropout masks. Its batch norm
+    # moments are dropped: the forward already moved (or collected) them.
     training, step_seed = context.IsTraining(), context.StepSeedValue()
 
     def Grad(*dys, variables=None):

@@ -1,10 +1,10 @@
 """A cell's backward split in two, for the zero-bubble schedule: input gradients now, weight gradients later.
 
-The backward of y = cell(x, params) is usually one computation: dx and dparams from dy. Zero bubble (schedule.py)
-runs dx first (the previous cell waits for it) and dparams later, in what would be idle time. Computing them
-as two tape gradients of the whole cell would do the work twice: dparams of the first layer needs the gradients
-of every later layer's activations, which dx computed already. So the split is made at the ops that read the
-weights:
+The backward of y = cell(x, params) is usually one computation: dx and dparams from dy. Zero bubble
+(schedule.py) runs dx first (the previous cell waits for it) and dparams later, in what would be
+idle time. Computing them as two tape gradients of the whole cell would do the work twice: dparams
+of the first layer needs the gradients of every later layer's activations, which dx computed
+already. So the split is made at the ops that read the weights:
 
   - `Record` runs the cell's forward inline, in the caller's graph (a traced function call would hide its ops),
     under one tape that records everything from the inputs and parameters, and one tape per parameter, which
@@ -19,8 +19,9 @@ weights:
     activation gradients again. The own tape does not reach back through the op's other inputs, because they do
     not depend on that parameter (it is read once).
 
-A parameter read by more than one op (a weight shared inside the cell) gets its gradient from the first sweep
-instead, which is exact too, only not deferred. Needs graph mode (`tf.function`), where ops have consumers.
+A parameter read by more than one op (a weight shared inside the cell) gets its gradient from the
+first sweep instead, which is exact too, only not deferred. Needs graph mode (`tf.function`), where
+ops have consumers.
 """
 
 import contextlib
@@ -52,8 +53,9 @@ class Pending(NamedTuple):
 
 
 def Record(forward, inputs, params, wanted=None):
-  """forward(inputs, params) -> (outputs, extra) run under the tapes; returns (outputs, extra, Recorded).
-  `wanted`: which input gradients InputGrads computes (remat.WantsGrad; default every float leaf)."""
+  """forward(inputs, params) -> (outputs, extra) run under the tapes; returns (outputs, extra,
+  Recorded). `wanted`: which input gradients InputGrads computes (remat.WantsGrad; default every
+  float leaf)."""
   if tf.executing_eagerly():
     raise errors.ConfigError("schedule='zero_bubble' splits each backward at the ops that read the weights, which "
                              'needs a graph: run the training step inside tf.function (the trainer and Keras fit do).')
@@ -71,13 +73,14 @@ def Record(forward, inputs, params, wanted=None):
   return outputs, extra, Recorded(inputs, outputs, params, tape, param_tapes, wants)
 
 
-# Ops that only re-shape or re-type a weight: the op reading their output is the one whose gradient is deferred.
+# Ops that only re-shape or re-type a weight: the op reading their output is the one whose gradient
+# is deferred.
 _PASS_THROUGH = ('Identity', 'Cast', 'Reshape', 'ExpandDims', 'Squeeze')
 
 
 def _ReadingOp(param):
-  """The float outputs of the one op reading `param` (past pass-through ops), or None if there are none or
-  several."""
+  """The float outputs of the one op reading `param` (past pass-through ops), or None if there are
+  none or several."""
   t = param
   while True:
     consumers = t.consumers()
@@ -90,8 +93,8 @@ def _ReadingOp(param):
 
 
 def InputGrads(recorded, upstream):
-  """(gradients of the recorded inputs, per tf.nest.flatten(inputs), None for non-float and unwanted leaves;
-  Pending)."""
+  """(gradients of the recorded inputs, per tf.nest.flatten(inputs), None for non-float and unwanted
+  leaves; Pending)."""
   flat_inputs = tf.nest.flatten(recorded.inputs)
   float_inputs = [t for t, w in zip(flat_inputs, recorded.wants) if w]
   outputs, output_grads = remat.FloatTargets(recorded.outputs, upstream)

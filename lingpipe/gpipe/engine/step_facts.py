@@ -1,7 +1,7 @@
-"""What one step's plan implies for the executor, derived once before anything runs and read by all: whether kept
-activations are data on a stack, which ticks of each phase run as one loop, each action's backward strategy, and
-which micro-batches each cell pushes on its stack. The layer reads the loops to stack its micro-batches; the
-executor, phase_loop and backward_kinds read the rest."""
+"""What one step's plan implies for the executor, derived once before anything runs and read by all:
+whether kept activations are data on a stack, which ticks of each phase run as one loop, each
+action's backward strategy, and which micro-batches each cell pushes on its stack. The layer reads
+the loops to stack its micro-batches; the executor, phase_loop and backward_kinds read the rest."""
 
 from typing import Dict, NamedTuple, Optional, Set, Tuple
 
@@ -20,13 +20,14 @@ class StepFacts(NamedTuple):
 
 
 def Derive(plan, saving, loop, loss=False) -> StepFacts:
-  """The StepFacts of `plan`, for cells that can return kept activations as data (`saving`: cell_gradient's
-  SavingForward), phases allowed to loop (`loop`: PipeliningLayer.LoopPhases), and a loss inside the plan (`loss`:
-  the schedules of schedule.NEEDS_LOSS, whose one phase runs unrolled).
+  """The StepFacts of `plan`, for cells that can return kept activations as data (`saving`:
+  cell_gradient's SavingForward), phases allowed to loop (`loop`: PipeliningLayer.LoopPhases), and a
+  loss inside the plan (`loss`: the schedules of schedule.NEEDS_LOSS, whose one phase runs
+  unrolled).
 
-  Kept activations are data where the loss comes after the forward pass (GPipe), the backward is not split, and
-  each cell's backwards use its kept activations last in, first out: a tape cannot outlive a loop iteration, a
-  stack can.
+  Kept activations are data where the loss comes after the forward pass (GPipe), the backward is not
+  split, and each cell's backwards use its kept activations last in, first out: a tape cannot
+  outlive a loop iteration, a stack can.
   """
   loop = loop and not loss
   saves = bool(saving) and not loss and not plan.splits_backward and all(

@@ -1,10 +1,11 @@
 """Tensors of any shapes kept as one TensorList per dtype: a few loop variables instead of one per tensor.
 
-A loop body carries each tensor of its state, and each tensor it reads from outside, as one loop variable, which
-TensorFlow lowers to five control-flow nodes (Enter, Merge, Switch, NextIteration, Exit; only a resource passes
-with one Enter) and runs three of them every iteration. A TensorList holds its tensors by reference, whatever their
-shapes: pushing and popping copies no data. GPipe's loops keep in them what the forwards save for their backward
-(saved_stack.py) and the cells' parameters (phase_loop.Invariant).
+A loop body carries each tensor of its state, and each tensor it reads from outside, as one loop
+variable, which TensorFlow lowers to five control-flow nodes (Enter, Merge, Switch, NextIteration,
+Exit; only a resource passes with one Enter) and runs three of them every iteration. A TensorList
+holds its tensors by reference, whatever their shapes: pushing and popping copies no data. GPipe's
+loops keep in them what the forwards save for their backward (saved_stack.py) and the cells'
+parameters (phase_loop.Invariant).
 """
 
 import tensorflow as tf
@@ -18,8 +19,8 @@ def Listable(t):
 
 
 def Push(lists, tensors, device, push=True):
-  """{dtype name: TensorList}: `lists` (created empty on `device` when None) with `tensors` pushed in order, or
-  only created (push=False)."""
+  """{dtype name: TensorList}: `lists` (created empty on `device` when None) with `tensors` pushed
+  in order, or only created (push=False)."""
   with tf.device(device):
     lists = dict(lists or {})
     for t in tensors:
@@ -31,8 +32,8 @@ def Push(lists, tensors, device, push=True):
 
 
 def Pop(lists, specs, device):
-  """(lists without what a Push of tensors like `specs` (tf.TensorSpec) added last, those tensors in order): popped,
-  a list no longer holds them."""
+  """(lists without what a Push of tensors like `specs` (tf.TensorSpec) added last, those tensors in
+  order): popped, a list no longer holds them."""
   lists, popped = dict(lists), [None] * len(specs)
   with tf.device(device):
     unknown_shape = tf.constant(-1)  # One for all (list_ops.tensor_list_pop_back makes one per pop).

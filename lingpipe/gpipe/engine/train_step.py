@@ -1,7 +1,7 @@
 """The training step of a PipeliningLayer, for every schedule: (loss, metrics) with the plain model's gradients.
 
-`FPropWithLoss` is the one entry (PipeliningLayer.FPropWithLoss calls it in training). What it runs depends on the
-schedule's plan:
+`FPropWithLoss` is the one entry (PipeliningLayer.FPropWithLoss calls it in training). What it runs
+depends on the schedule's plan:
 - A fill-drain plan (GPipe) has a forward phase and a backward phase. `TrainFProp` is one custom gradient whose
   forward runs the forward phase (PipeliningLayer.Forward) and whose gradient runs the backward phase; the loss
   runs after it on the whole batch's outputs, on the last cell's device (`LossOnDevice`).
@@ -10,14 +10,14 @@ schedule's plan:
   forwards, so the loss cannot wait for the whole batch. `_Interleaved` runs the whole plan (forwards, the
   per-micro-batch losses, backwards, the weight-gradient sums on each cell's device) inside the forward of one
   custom gradient, and its gradient only scales the gradients it already has by the incoming gradient of the loss.
-To the caller both are a function (inputs, variables) -> (loss, metrics) with the usual gradients, so a task's
-tape-based training step is the same for every schedule.
+To the caller both are a function (inputs, variables) -> (loss, metrics) with the usual gradients,
+so a task's tape-based training step is the same for every schedule.
 
-With interleaved plans the batch's loss is the mean of the micro-batches' losses weighted by their loss weights
-(metrics['loss'][1], e.g. examples or tokens; 1 each when absent), which equals the loss of the whole batch when the
-task's loss is a weighted mean; each micro-batch's backward starts from the gradient of w_m x loss_m, and
-everything is divided by the sum of the weights at the end (the sum is only known then). Metrics combine the same
-way, each by its own weight.
+With interleaved plans the batch's loss is the mean of the micro-batches' losses weighted by their
+loss weights (metrics['loss'][1], e.g. examples or tokens; 1 each when absent), which equals the
+loss of the whole batch when the task's loss is a weighted mean; each micro-batch's backward starts
+from the gradient of w_m x loss_m, and everything is divided by the sum of the weights at the end
+(the sum is only known then). Metrics combine the same way, each by its own weight.
 """
 
 import tensorflow as tf
@@ -36,12 +36,13 @@ from lingpipe.gpipe.engine import step_facts
 
 
 def FPropWithLoss(layer, inputs, loss_inputs, loss_fn):
-  """(loss, metrics) of PipeliningLayer `layer` in training on `inputs`: loss_fn(outputs, loss_inputs) ->
-  (loss, {name: (value, weight)}) on the last cell's device, per micro-batch where the plan interleaves."""
+  """(loss, metrics) of PipeliningLayer `layer` in training on `inputs`: loss_fn(outputs,
+  loss_inputs) -> (loss, {name: (value, weight)}) on the last cell's device, per micro-batch where
+  the plan interleaves."""
   if layer.NeedsLoss():
     return _Interleaved(layer, inputs, loss_inputs, loss_fn)
   device = layer.ReplicaDevices(layer.Replica())[-1]
-  return LossOnDevice(device, layer.FProp(inputs, training=True), loss_inputs, loss_fn)
+  return LossOnDevice(device, TrainFProp(layer, inputs), loss_inputs, loss_fn)
 
 
 def _Cells(layer, replica, params, padding, wanted):
@@ -51,13 +52,19 @@ def _Cells(layer, replica, params, padding, wanted):
 
 
 def TrainFProp(layer, inputs):
-  """The outputs of PipeliningLayer `layer` in training under a fill-drain plan (GPipe): one custom gradient whose
-  forward runs the plan's forward phase and whose gradient runs its backward phase (executor.py)."""
+  """The outputs of PipeliningLayer `layer` in training under a fill-drain plan (GPipe): one custom
+  gradient whose forward runs the plan's forward phase and whose gradient runs its backward phase
+  (executor.py)."""
+  if layer.num_cells == 1 and layer.NumMicroBatches(inputs) == 1:
+    # Nothing to pipeline, and re-computing the one task would hold the same activations, only later: the plain
+    # model, at plain speed, whatever the remat policy.
+    with tf.device(layer.ReplicaDevices(layer.Replica())[0]):
+      return layer.RunCell(0, inputs)
   p = layer.params
   flat_inputs = tf.nest.flatten(inputs)
   structure = {}
-  # The backward runs when the caller asks for gradients, usually outside its StepSeed and Replica blocks:
-  # re-enter them so the re-computation draws the forward's dropout masks.
+  # The backward runs when the caller asks for gradients, usually outside its StepSeed and Replica
+  # blocks: re-enter them so the re-computation draws the forward's dropout masks.
   step_seed = context.StepSeedValue()
   # Inputs no tape watches (images, constant features) get no gradient: None, as for integer leaves.
   wanted = remat.WantedInputGrads(flat_inputs)
@@ -110,8 +117,9 @@ def _PackLoss(flat, like):
 
 
 def _Interleaved(layer, inputs, loss_inputs, loss_fn):
-  """FPropWithLoss under a plan that interleaves forwards and backwards: loss_fn runs per micro-batch on the last
-  cell's device, `loss_inputs` split into the same micro-batches along dimension 0 (see the module docstring)."""
+  """FPropWithLoss under a plan that interleaves forwards and backwards: loss_fn runs per
+  micro-batch on the last cell's device, `loss_inputs` split into the same micro-batches along
+  dimension 0 (see the module docstring)."""
   p = layer.params
   if p.pad:
     raise errors.ConfigError('Layer %s: schedule %r does not pad batches yet; use a batch size that '
@@ -184,12 +192,13 @@ def _Interleaved(layer, inputs, loss_inputs, loss_fn):
 
 
 def LossOnDevice(device, outputs, loss_inputs, loss_fn):
-  """(loss, metrics) of loss_fn(outputs, loss_inputs), forward and backward on `device`: for GPipe, the last
-  cell's, where the outputs are. Left to the caller's placement, a step placed on the first cell (remote.Connect's
-  mesh.Placement) copied the whole batch's outputs there and their gradient back, and the tape puts a gradient
-  op under the scope of the tape.gradient call, not beside its forward op, so placing only the forward would leave
-  its gradient there. The output gradient is split into micro-batches on that device too (PipeliningLayer).
-  Variables the loss reads (a softmax, a weight penalty) get their gradients too."""
+  """(loss, metrics) of loss_fn(outputs, loss_inputs), forward and backward on `device`: for GPipe,
+  the last cell's, where the outputs are. Left to the caller's placement, a step placed on the first
+  cell (remote.Connect's mesh.Placement) copied the whole batch's outputs there and their gradient
+  back, and the tape puts a gradient op under the scope of the tape.gradient call, not beside its
+  forward op, so placing only the forward would leave its gradient there. The output gradient is
+  split into micro-batches on that device too (PipeliningLayer). Variables the loss reads (a
+  softmax, a weight penalty) get their gradients too."""
   flat = tf.nest.flatten(outputs)
   floats = [t for t in flat if _Float(t)]
   structure = {}

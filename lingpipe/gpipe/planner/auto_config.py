@@ -1,10 +1,10 @@
 """Chooses a pipeline's K, M, remat, schedule and balance: the fastest predicted configuration that fits a budget.
 
-The planner (memory_plan.py) predicts each candidate's peak per device and its step time (step_time.py: the plan
-run with layer times measured at the batch's and the micro-batches' sizes, layer_times.py, and this machine's
-measured costs). Of the candidates whose process peak is within the budget less a margin, the fastest is chosen
-(then the smaller peak). Fields the user set stay fixed; only those left to choose vary.
-runners/pipeline_choice.py applies this to a model's Params.
+The planner (memory_plan.py) predicts each candidate's peak per device and its step time
+(step_time.py: the plan run with layer times measured at the batch's and the micro-batches' sizes,
+layer_times.py, and this machine's measured costs). Of the candidates whose process peak is within
+the budget less a margin, the fastest is chosen (then the smaller peak). Fields the user set stay
+fixed; only those left to choose vary. runners/pipeline_choice.py applies this to a model's Params.
 """
 
 import time
@@ -19,9 +19,9 @@ from lingpipe.gpipe.planner import memory_plan
 from lingpipe.gpipe.planner import step_time
 
 MARGIN = 0.10  # Of the budget, kept free: the process predictions of dense stacks were within 4% of measured peaks.
-# Seconds of layer timing after the three anchor sizes during which the other micro-batch sizes are timed too
-# rather than interpolated: a dense stack's bfloat16 kernels here are not linear in rows, and every size of it
-# takes a few seconds; AmoebaNet-D's anchors alone take most of its minute.
+# Seconds of layer timing after the three anchor sizes during which the other micro-batch sizes are
+# timed too rather than interpolated: a dense stack's bfloat16 kernels here are not linear in rows,
+# and every size of it takes a few seconds; AmoebaNet-D's anchors alone take most of its minute.
 EXACT_SIZES_SECONDS = 15.0
 BALANCES = ('uniform', 'flops', 'time')  # 'time' when layer times are measured.
 
@@ -55,9 +55,10 @@ def _Key(option):
 
 def Options(layer_params, input_shapes, batch_size, num_devices, fixed, peak_of=None, times=None, slots=0,
             dtype_size=4, fprop_dtype=None, terms=None) -> List[Option]:
-  """Every distinct configuration the fields not in `fixed` allow ({field: value} of PipeliningLayer's
-  num_splits, num_micro_batches, remat, schedule, balance), with its peak (`peak_of`, default the fullest
-  device's) and predicted step time (from `times` and this machine's step_time.Terms `terms`)."""
+  """Every distinct configuration the fields not in `fixed` allow ({field: value} of
+  PipeliningLayer's num_splits, num_micro_batches, remat, schedule, balance), with its peak
+  (`peak_of`, default the fullest device's) and predicted step time (from `times` and this machine's
+  step_time.Terms `terms`)."""
   micro = (fixed['num_micro_batches'],) if 'num_micro_batches' in fixed else MicroBatchChoices(batch_size)
   remats = (fixed['remat'],) if 'remat' in fixed else schedule_lib.REMAT_POLICIES
   schedules = (fixed['schedule'],) if 'schedule' in fixed else schedule_lib.SCHEDULES
@@ -87,8 +88,8 @@ def Options(layer_params, input_shapes, batch_size, num_devices, fixed, peak_of=
 
 
 def Choose(options, num_devices, budget=None, margin=MARGIN, plain_seconds=None, terms=None) -> Choice:
-  """The fastest option whose peak is within `budget` x (1 - margin) (any, without a budget); raises NothingFits
-  when none is."""
+  """The fastest option whose peak is within `budget` x (1 - margin) (any, without a budget); raises
+  NothingFits when none is."""
   if not options:
     raise errors.ConfigError('No pipeline configuration to choose from: the fixed fields allow none (K at most %d '
                              'devices, M a divisor of the batch).' % num_devices)
@@ -127,18 +128,18 @@ class Predictions(NamedTuple):
 
 def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, fprop_dtype=None, dtype_size=4,
             slots=0, batch_dim=0, log=None, measure=True) -> Predictions:
-  """Every Option the `fixed` fields allow, its step time predicted from the layers timed here at the batch's and
-  each micro-batch's size and this machine's step_time.Terms on the first `num_devices` local devices
-  (`measure`; else the speed-ups are in flops)."""
+  """Every Option the `fixed` fields allow, its step time predicted from the layers timed here at
+  the batch's and each micro-batch's size and this machine's step_time.Terms on the first
+  `num_devices` local devices (`measure`; else the speed-ups are in flops)."""
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
   times, plain, terms = None, None, None
   if measure:
     built, measured = {}, {}  # Each distinct layer built once, and traced once a size.
     dtype = fprop_dtype or 'float32'
 
-    # Measured at the whole batch, the smallest micro-batch and one between; then every other size while the
-    # timing lasts under EXACT_SIZES_SECONDS; linear between measured sizes for the rest (each size is traced
-    # apart, as a cell is).
+    # Measured at the whole batch, the smallest micro-batch and one between; then every other size
+    # while the timing lasts under EXACT_SIZES_SECONDS; linear between measured sizes for the rest
+    # (each size is traced apart, as a cell is).
     fixed_micro = (fixed or {}).get('num_micro_batches')
     micro = [fixed_micro] if fixed_micro else list(MicroBatchChoices(batch))
     anchors = sorted({batch, batch // micro[-1], batch // micro[len(micro) // 2]})
@@ -171,7 +172,8 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
       MeasureSize(size)
       spent += took[size]
     times = Times
-    # The devices' concurrency with the model's heaviest layer at a micro-batch's size (one already traced).
+    # The devices' concurrency with the model's heaviest layer at a micro-batch's size (one already
+    # traced).
     unit = layer_times.HeaviestLayer(layer_params, input_shapes, Times(anchors[len(anchors) // 2]), dtype,
                                      batch_dim, built)
     terms = step_time.Measure(unit, _LocalDevices(num_devices), call_costs.Measure)
@@ -213,8 +215,8 @@ def Describe(option) -> str:
 
 
 def Report(choice, what='peak') -> List[str]:
-  """The lines the trainer prints: the choice, the runner-up and the fastest rejected for memory, each with its
-  predicted peak (`what` says whose) and step time."""
+  """The lines the trainer prints: the choice, the runner-up and the fastest rejected for memory,
+  each with its predicted peak (`what` says whose) and step time."""
   budget = choice.budget
   limit = budget * (1 - MARGIN) if budget else None
   lines = ['%-10s %-58s %16s %8s %9s' % ('', 'configuration', what + ' MiB', 'step s', 'speed-up')]

@@ -1,11 +1,12 @@
 """Measured forward and backward seconds of each layer, for the planner's speed model (memory_plan.py).
 
-Flops say how much a layer computes, not how long it takes: a depthwise convolution or a batch norm moves more
-bytes per flop than a matrix product, and a small micro-batch uses a machine less well than a large one. Here each
-layer is built for real and run as a pipeline runs it (traced, in training, on a batch of the given size), so the
-planner can add the measured times of a cell's layers instead of their flops. The cost of calling a traced function
-is measured apart and left out, since a cell runs all its layers in one call. Layers of equal Params and input
-shapes are measured once (an AmoebaNet's repeated normal cells, a Transformer's layers).
+Flops say how much a layer computes, not how long it takes: a depthwise convolution or a batch norm
+moves more bytes per flop than a matrix product, and a small micro-batch uses a machine less well
+than a large one. Here each layer is built for real and run as a pipeline runs it (traced, in
+training, on a batch of the given size), so the planner can add the measured times of a cell's
+layers instead of their flops. The cost of calling a traced function is measured apart and left out,
+since a cell runs all its layers in one call. Layers of equal Params and input shapes are measured
+once (an AmoebaNet's repeated normal cells, a Transformer's layers).
 """
 
 import time
@@ -55,15 +56,17 @@ def Best(run, repeats):
 
 
 class _Timed:
-  """One layer built once, with traced functions traced again for each batch size: a pipeline's cell is traced
-  at its micro-batch's exact shape, and a trace with the batch dimension relaxed ran a dense layer's backward at
-  half the speed (its two matrix products no longer ran side by side on two inter-op threads)."""
+  """One layer built once, with traced functions traced again for each batch size: a pipeline's cell
+  is traced at its micro-batch's exact shape, and a trace with the batch dimension relaxed ran a
+  dense layer's backward at half the speed (its two matrix products no longer ran side by side on
+  two inter-op threads)."""
 
   def __init__(self, layer_params):
     self.layer = layer = layer_params.Copy().Set(name=layer_params.name or 'layer').Instantiate()
 
     def Forward(x):
-      # Batch norm hands its moments over, as inside a pipeline (the averages move once per step, outside).
+      # Batch norm hands its moments over, as inside a pipeline (the averages move once per step,
+      # outside).
       with context.Training(True), context.CollectBatchNormStats(context.BatchNormStats(discard=True)):
         return layer.FProp(x)
 
@@ -83,8 +86,8 @@ class _Timed:
 
   def Measure(self, shapes, dtype, repeats):
     x = _Random(shapes, dtype)
-    # Cheap, and slow the first few times (allocations): timed more often than the layer, so that it is not
-    # overstated and taken off the forward.
+    # Cheap, and slow the first few times (allocations): timed more often than the layer, so that it
+    # is not overstated and taken off the forward.
     call = Best(lambda: self.call(x), max(repeats, _CALL_REPEATS))
     forward = Best(lambda: self.forward(x), repeats)
     both = Best(lambda: self.forward_backward(x), repeats)
@@ -108,10 +111,10 @@ def _Built(built, p, text, shapes, batch_dim, dtype):
 
 
 def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3, batch_dim=0, log=None, built=None):
-  """Times of each layer of `layer_params` (a flat list) on a batch of `batch_size` examples shaped as
-  `input_shapes` (the pipeline's, whatever their batch), computing in `dtype`. `log(text)` is told of each
-  layer measured. `built`: a dict kept across calls at several batch sizes, so that each distinct layer is built
-  and traced once for all of them."""
+  """Times of each layer of `layer_params` (a flat list) on a batch of `batch_size` examples shaped
+  as `input_shapes` (the pipeline's, whatever their batch), computing in `dtype`. `log(text)` is
+  told of each layer measured. `built`: a dict kept across calls at several batch sizes, so that
+  each distinct layer is built and traced once for all of them."""
   dtype = tf.as_dtype(dtype)
   shapes = _WithBatch(input_shapes, batch_size, batch_dim)
   built = {} if built is None else built
@@ -132,16 +135,17 @@ def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3,
 
 
 def Interpolate(smaller, larger, batch_size):
-  """Times at `batch_size`, between two measured Times of a smaller and a larger batch: each layer's times
-  linear in the batch size between them (a fixed cost and a cost per example)."""
+  """Times at `batch_size`, between two measured Times of a smaller and a larger batch: each layer's
+  times linear in the batch size between them (a fixed cost and a cost per example)."""
   w = (batch_size - smaller.batch_size) / float(larger.batch_size - smaller.batch_size)
   mix = lambda a, b: tuple((1 - w) * x + w * y for x, y in zip(a, b))
   return Times(batch_size, mix(smaller.forward, larger.forward), mix(smaller.backward, larger.backward))
 
 
 def HeaviestLayer(layer_params, input_shapes, times, dtype=tf.float32, batch_dim=0, built=None):
-  """A function of a device name that runs, on that device, the forward and backward of the layer that `times`
-  (Measure's, with the same `built`) says takes longest, at times.batch_size: a unit of this model's own work."""
+  """A function of a device name that runs, on that device, the forward and backward of the layer
+  that `times` (Measure's, with the same `built`) says takes longest, at times.batch_size: a unit of
+  this model's own work."""
   dtype = tf.as_dtype(dtype)
   built = {} if built is None else built
   costs = [f + b for f, b in zip(times.forward, times.backward)]

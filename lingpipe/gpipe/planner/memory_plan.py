@@ -1,7 +1,8 @@
 """Memory planner: a pipeline's per-device peak memory, bubble and step time, predicted before anything runs.
 
-From the layers' FPropMeta (output shapes, flops) and parameter counts (built abstractly: no memory), for a
-schedule, a remat policy, K cells and M micro-batches, each device k is predicted to hold at its peak
+From the layers' FPropMeta (output shapes, flops) and parameter counts (built abstractly: no
+memory), for a schedule, a remat policy, K cells and M micro-batches, each device k is predicted to
+hold at its peak
 
     weights          W_k = params_k x dtype size (the master weights), and with a compute dtype (fprop_dtype) of
                      another size the compute copies the step reads them as, params_k x its size
@@ -20,18 +21,20 @@ schedule, a remat policy, K cells and M micro-batches, each device k is predicte
                      backward's are stash, held until its weight gradients) and the gradients of the two largest
                      layer outputs
 
-and the step takes, in units of one forward flop (f_k: cell k's forward flops; backward 2 f_k, re-computation
-f_k more), max_d sum_{k on d} (3 f_k + recomputed f_k) / (1 - bubble) against sum_k 3 f_k for the plain model on
-one device: the busiest device stretched by the schedule's bubble (schedule.Bubble; (M+K-1)/M for fill-drain).
-Stash and in-flight micro-batches come from walking the schedule's Plan, so every schedule is planned alike.
-Assumptions: a backward's transient temporaries beyond the working set are not counted (nor the allocator's
-rounding), layers that cannot be traced on float inputs (token ids) count their outputs alone, micro-batches
-cost their share of the flops (small micro-batches are slower on real hardware; measure with
-benchmarks/pipeline_benchmark.py), transfers are free (they are not: interleaved 1F1B makes vK-1
-hand-offs per micro-batch and pass instead of K-1; see the README).
+and the step takes, in units of one forward flop (f_k: cell k's forward flops; backward 2 f_k,
+re-computation f_k more), max_d sum_{k on d} (3 f_k + recomputed f_k) / (1 - bubble) against sum_k 3
+f_k for the plain model on one device: the busiest device stretched by the schedule's bubble
+(schedule.Bubble; (M+K-1)/M for fill-drain). Stash and in-flight micro-batches come from walking the
+schedule's Plan, so every schedule is planned alike. Assumptions: a backward's transient temporaries
+beyond the working set are not counted (nor the allocator's rounding), layers that cannot be traced
+on float inputs (token ids) count their outputs alone, micro-batches cost their share of the flops
+(small micro-batches are slower on real hardware; measure with benchmarks/pipeline_benchmark.py),
+transfers are free (they are not: interleaved 1F1B makes vK-1 hand-offs per micro-batch and pass
+instead of K-1; see the README).
 
-`tools/plan_pipeline.py` prints the table for a registered model and recommends the fastest configuration that
-fits; benchmarks/pipeline_benchmark.py's remat section prints the prediction beside the measured peak.
+`tools/plan_pipeline.py` prints the table for a registered model and recommends the fastest
+configuration that fits; benchmarks/pipeline_benchmark.py's remat section prints the prediction
+beside the measured peak.
 """
 
 import functools
@@ -42,7 +45,6 @@ import tensorflow as tf
 from lingpipe.core import base_layer
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
-from lingpipe.core.nested_map import NestedMap
 from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe.engine import backward_kinds
@@ -62,8 +64,8 @@ class Layers(NamedTuple):
   passed_on_bytes: Tuple[int, ...] = ()  # bytes of each layer's output that are its input handed on (one buffer)
 
   def Inside(self, lo, hi):
-    """Bytes a backward of layers [lo, hi) reads but their input: their outputs, each buffer once, and what
-    their backwards read from inside them."""
+    """Bytes a backward of layers [lo, hi) reads but their input: their outputs, each buffer once,
+    and what their backwards read from inside them."""
     internal = sum(self.internal_bytes[lo:hi]) if self.internal_bytes else 0
     passed_on = sum(self.passed_on_bytes[lo:hi]) if self.passed_on_bytes else 0
     return sum(self.out_bytes[lo:hi]) - passed_on + internal
@@ -108,7 +110,8 @@ class Candidate(NamedTuple):
     return max(c.peak for c in self.cells)
 
 
-# The planner asks for the plan of one configuration three times (memory, speed-up, bubble): build it once.
+# The planner asks for the plan of one configuration three times (memory, speed-up, bubble): build
+# it once.
 _Plan = functools.lru_cache(maxsize=256)(schedule_lib.MakePlan)
 
 
@@ -124,13 +127,14 @@ def _Shapes(input_shapes):
 
 
 def DescribeLayers(layer_params, input_shapes, dtype_size=4, trace=True, fused=False, fprop_dtype=None):
-  """Layers of `layer_params` (a flat list of layer Params) on a batch of `input_shapes` (a list, or a dict of
-  lists for NestedMap inputs). Parameter counts come from an abstract build, which allocates nothing; with `trace`,
-  what each layer's backward reads from inside it comes from tracing it (saved_activations.py), else only the
-  layers' outputs are counted; with `fused`, what a fusing compiler would keep of it (Saved.fused_internal).
-  Activations are counted in `fprop_dtype` (the layers compute in it, as in a pipeline whose fprop_dtype it is;
-  None: the first layer's, else `dtype_size` bytes an element), and what a traced layer keeps in float32 (norm
-  statistics, the softmax's logits) at 4 bytes an element."""
+  """Layers of `layer_params` (a flat list of layer Params) on a batch of `input_shapes` (a list, or
+  a dict of lists for NestedMap inputs). Parameter counts come from an abstract build, which
+  allocates nothing; with `trace`, what each layer's backward reads from inside it comes from
+  tracing it (saved_activations.py), else only the layers' outputs are counted; with `fused`, what a
+  fusing compiler would keep of it (Saved.fused_internal). Activations are counted in `fprop_dtype`
+  (the layers compute in it, as in a pipeline whose fprop_dtype it is; None: the first layer's, else
+  `dtype_size` bytes an element), and what a traced layer keeps in float32 (norm statistics, the
+  softmax's logits) at 4 bytes an element."""
   if fprop_dtype is not None:
     fprop_dtype = tf.as_dtype(fprop_dtype)
     layer_params = [p.Copy().Set(fprop_dtype=p.fprop_dtype or fprop_dtype) for p in layer_params]
@@ -148,7 +152,8 @@ def DescribeLayers(layer_params, input_shapes, dtype_size=4, trace=True, fused=F
     params.append(base_layer.NumParams(layer))
     saved = saved_activations.Describe(p, shapes, compute or tf.float32) if trace else None
     traced = (saved.fused_internal if fused else saved.internal) if saved else 0
-    # Traced in the compute dtype; without one, in float32 and scaled to dtype_size (a what-if of another size).
+    # Traced in the compute dtype; without one, in float32 and scaled to dtype_size (a what-if of
+    # another size).
     internal.append(traced if compute else traced * dtype_size // 4)
     passed_on.append((saved.passed_on if compute else saved.passed_on * dtype_size // 4) if saved else 0)
     meta = p.cls.FPropMeta(p, shapes)
@@ -166,8 +171,8 @@ def BatchSize(input_shapes, batch_dim=0):
 
 
 def StepBytes(cells):
-  """What a step adds to the weights on all the devices of one allocator (one process on CPU): the devices'
-  weights' compute copies, gradients, stash and working sets summed."""
+  """What a step adds to the weights on all the devices of one allocator (one process on CPU): the
+  devices' weights' compute copies, gradients, stash and working sets summed."""
   return sum(c.copies + c.gradients + c.stash + c.working for c in cells)
 
 
@@ -179,12 +184,13 @@ def OptimizerSlots(optimizer_params):
 
 
 def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedule='gpipe', num_devices=None):
-  """CellMemory of each device (`cell` is the device's index; one cell per device unless `schedule` is
-  'interleaved_1f1b' on `num_devices` devices) for the cut `counts` (layers per cell). What a device stashes at
-  its peak comes from walking its actions in the schedule's Plan: each forward adds what it keeps for its micro-
-  batch, each backward frees it. 'gpipe' keeps all M micro-batches; '1f1b' min(K-k, M) on cell k, but its gradient
-  sums exist while forwards still run; 'zero_bubble' holds each micro-batch's activations until its deferred
-  weight gradients (the WEIGHT action), up to K micro-batches on every cell."""
+  """CellMemory of each device (`cell` is the device's index; one cell per device unless `schedule`
+  is 'interleaved_1f1b' on `num_devices` devices) for the cut `counts` (layers per cell). What a
+  device stashes at its peak comes from walking its actions in the schedule's Plan: each forward
+  adds what it keeps for its micro- batch, each backward frees it. 'gpipe' keeps all M
+  micro-batches; '1f1b' min(K-k, M) on cell k, but its gradient sums exist while forwards still run;
+  'zero_bubble' holds each micro-batch's activations until its deferred weight gradients (the WEIGHT
+  action), up to K micro-batches on every cell."""
   plan = _Plan(schedule, num_micro, len(counts), remat, num_devices)
   splits_backward = plan.splits_backward  # A walk of the plan: once.
   bounds = [0]
@@ -199,22 +205,26 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     outs = layers.out_bytes[lo:hi]
     cell_in = layers.in_bytes if k == 0 else layers.out_bytes[lo - 1]
     inside = layers.Inside(lo, hi)  # What its backward reads, but its input.
-    # Per micro-batch: what a forward keeps (its input; with its activations when taped), and the backward's
-    # working set (re-computed activations, and the gradients of the two largest outputs).
+    # Per micro-batch: what a forward keeps (its input; with its activations when taped), and the
+    # backward's working set (re-computed activations, and the gradients of the two largest
+    # outputs).
     activations[k] = (cell_in + inside) / num_micro
     kept[k] = {plan_lib.KEEP_INPUT: cell_in / num_micro, plan_lib.KEEP_ACTIVATIONS: activations[k]}
     if remat in ('except_last', 'always'):
-      # A forward keeps its activations only where its backward comes next on its device (always: the plan's
-      # KeepWhereBackwardFollows), so they are used (and freed) before anything is re-computed: at most one
-      # micro-batch's at a time, counted once (below: `ends` for except_last, the working set for always).
+      # A forward keeps its activations only where its backward comes next on its device (always:
+      # the plan's KeepWhereBackwardFollows), so they are used (and freed) before anything is
+      # re-computed: at most one micro-batch's at a time, counted once (below: `ends` for
+      # except_last, the working set for always).
       kept[k][plan_lib.KEEP_ACTIVATIONS] = cell_in / num_micro
-    # except_last: counted in `ends` below; a split backward's re-computed activations are stash (held to the W).
+    # except_last: counted in `ends` below; a split backward's re-computed activations are stash
+    # (held to the W).
     recomputed = inside / num_micro if remat == 'always' and not splits_backward else 0
     working[k] = recomputed + sum(sorted(outs, reverse=True)[:2]) / num_micro
     ends[k] = inside / num_micro if remat == 'except_last' else 0  # The last micro-batch's activations.
     if k == len(counts) - 1:  # Its outputs and their gradients: stacked (gpipe), or one micro-batch's (loss inside).
       ends[k] += 2 * outs[-1] * (1 if schedule not in schedule_lib.NEEDS_LOSS else 1 / num_micro)
-  # The executor's own strategies (a saved stack and a stored tape hold the same, so `saves` does not matter).
+  # The executor's own strategies (a saved stack and a stored tape hold the same, so `saves` does
+  # not matter).
   strategies = backward_kinds.Bind(plan, saves=False)
   devices = []
   for d in range(plan.num_devices):
@@ -231,7 +241,8 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
         stash += keeps[(a.micro_batch, a.cell)]
         peak = max(peak, stash)
       elif a.kind == plan_lib.BACKWARD and strategy.holds_until_weight:
-        # The deferred weight gradients read the activations: held from here (re-computed, or kept) to the WEIGHT.
+        # The deferred weight gradients read the activations: held from here (re-computed, or kept)
+        # to the WEIGHT.
         stash += activations[a.cell] - keeps[(a.micro_batch, a.cell)]
         keeps[(a.micro_batch, a.cell)] = activations[a.cell]
         peak = max(peak, stash)
@@ -241,11 +252,12 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     if num_micro == 1:
       gradients = w  # One backward: its gradients are the sum.
     elif remat == 'never' and schedule == 'gpipe':
-      # Everything is stored when the backward starts; the first backward's gradients start the sum, and the
-      # second's exist beside it once that backward has freed its micro-batch's activations.
+      # Everything is stored when the backward starts; the first backward's gradients start the sum,
+      # and the second's exist beside it once that backward has freed its micro-batch's activations.
       gradients = w + int(max(0, max(weights[k] for k in own) - max(activations[k] for k in own)))
     elif splits_backward or (schedule in schedule_lib.NEEDS_LOSS and not called):
-      # Traced inline, each layer's gradients are added to the sum as they come (executor.py): one layer's on top.
+      # Traced inline, each layer's gradients are added to the sum as they come (executor.py): one
+      # layer's on top.
       gradients = w + max(max(layers.params[bounds[k]:bounds[k + 1]] or [0]) for k in own) * dtype_size
     else:  # A traced backward's call returns its cell's gradients together, then they are added to the sum.
       gradients = w + max(weights[k] for k in (called or own))
@@ -256,11 +268,12 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
 
 def PredictedSpeedup(layers, counts, num_micro, remat, schedule='gpipe', num_devices=None, batch_times=None,
                      micro_times=None, terms=None):
-  """Plain model's step over the pipeline's, the plan run action by action (step_time.Predict: a backward
-  re-computes its forward where the plan says). The work is counted in flops (see the module docstring; a
-  backward costs two forwards, a micro-batch 1/M of the batch) or, given layer_times.Times of the whole batch
-  (`batch_times`: the plain model) and of one micro-batch (`micro_times`), in measured seconds, with this
-  machine's step_time.Terms (`terms`, default none)."""
+  """Plain model's step over the pipeline's, the plan run action by action (step_time.Predict: a
+  backward re-computes its forward where the plan says). The work is counted in flops (see the
+  module docstring; a backward costs two forwards, a micro-batch 1/M of the batch) or, given
+  layer_times.Times of the whole batch (`batch_times`: the plain model) and of one micro-batch
+  (`micro_times`), in measured seconds, with this machine's step_time.Terms (`terms`, default
+  none)."""
   plan = _Plan(schedule, num_micro, len(counts), remat, num_devices)
   if batch_times is None:  # In flops.
     whole = (tuple(layers.flops), tuple(2.0 * f for f in layers.flops))
@@ -278,11 +291,12 @@ def PredictedSpeedup(layers, counts, num_micro, remat, schedule='gpipe', num_dev
 def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batches=(1, 2, 4, 8, 16, 32),
                remats=schedule_lib.REMAT_POLICIES, balance='flops', slots=0, dtype_size=4,
                schedules=schedule_lib.SCHEDULES, virtual_stages=(2,), fprop_dtype=None, times=None, terms=None):
-  """Every (schedule, remat, K <= num_devices, M dividing batch_size) configuration; 'interleaved_1f1b' with each
-  of `virtual_stages` cells per device (K x v cells at most the number of layers). `balance` a list: the layers
-  per cell of one cut, planned for the K (and v) it fits; 'time' with `times`: cut by the measured times.
-  `times`: None (speed-ups from flops) or a function of a batch size returning layer_times.Times of the layers at
-  that size (speed-ups from measured times, with this machine's step_time.Terms `terms`)."""
+  """Every (schedule, remat, K <= num_devices, M dividing batch_size) configuration;
+  'interleaved_1f1b' with each of `virtual_stages` cells per device (K x v cells at most the number
+  of layers). `balance` a list: the layers per cell of one cut, planned for the K (and v) it fits;
+  'time' with `times`: cut by the measured times. `times`: None (speed-ups from flops) or a function
+  of a batch size returning layer_times.Times of the layers at that size (speed-ups from measured
+  times, with this machine's step_time.Terms `terms`)."""
   layers = DescribeLayers(layer_params, input_shapes, dtype_size, fprop_dtype=fprop_dtype)
   measured_costs = None
   if balance == 'time' and times is not None:  # Each layer's measured forward and backward at the whole batch.
@@ -317,8 +331,9 @@ def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batche
 
 
 def Recommend(candidates, device_memory, peak_of=None):
-  """The fitting candidate with the highest predicted speed-up (then the least memory), or None. `peak_of`
-  (default: the fullest device's peak) predicts what must fit in `device_memory`: a process's (ProcessPeaks)."""
+  """The fitting candidate with the highest predicted speed-up (then the least memory), or None.
+  `peak_of` (default: the fullest device's peak) predicts what must fit in `device_memory`: a
+  process's (ProcessPeaks)."""
   peak_of = peak_of or (lambda c: c.peak)
   fitting = [c for c in candidates if peak_of(c) <= device_memory]
   if not fitting:
@@ -327,9 +342,10 @@ def Recommend(candidates, device_memory, peak_of=None):
 
 
 def ProcessPeaks(candidate, process, one_process=False):
-  """Each process's predicted peak (bytes) for `candidate`: `process` (runners/process_memory.ProcessModel: what a
-  process holds beyond its allocator) of each device's peak, every device its own process (lingpipe-workers), or
-  with `one_process` of their sum (logical devices of one process share its allocator)."""
+  """Each process's predicted peak (bytes) for `candidate`: `process`
+  (runners/process_memory.ProcessModel: what a process holds beyond its allocator) of each device's
+  peak, every device its own process (lingpipe-workers), or with `one_process` of their sum (logical
+  devices of one process share its allocator)."""
   if one_process:
     return [process.Peak(sum(cell.peak for cell in candidate.cells))]
   return [process.Peak(cell.peak) for cell in candidate.cells]
@@ -341,8 +357,9 @@ def ParseBytes(text):
 
 
 def Table(candidates, device_memory=None, peak_of=None) -> List[str]:
-  """Lines of a table of the candidates: the fullest device's prediction, and with `peak_of` (a process's, e.g.
-  ProcessPeaks) a column of it; whether it fits only against a `device_memory` given."""
+  """Lines of a table of the candidates: the fullest device's prediction, and with `peak_of` (a
+  process's, e.g. ProcessPeaks) a column of it; whether it fits only against a `device_memory`
+  given."""
   header = '%-21s %-12s %3s %4s  %-14s %10s %10s %10s %10s  %6s %8s' % (
       'schedule', 'remat', 'K', 'M', 'layers/cell', 'peak MiB', 'weights', 'stash', 'working', 'bubble',
       'speed-up')
@@ -361,32 +378,3 @@ def Table(candidates, device_memory=None, peak_of=None) -> List[str]:
       line += '  %s' % ('yes' if (peak_of or (lambda x: x.peak))(c) <= device_memory else 'no')
     lines.append(line)
   return lines
-
-
-def CellSummaries(pipe):
-  """Per cell of PipeliningLayer `pipe`: NestedMap(cell, layers, device, params, flops, activation_bytes,
-  boundary_bytes).
-
-  flops and activation estimates need params.input_shapes (else they are None). activation_bytes is the sum of
-  the cell's layer outputs for one micro-batch (what re-computing one cell holds); boundary_bytes is the cell's
-  output for the whole mini-batch (what the pipeline keeps between cells).
-  """
-  shapes = pipe._InputShapes()  # pylint: disable=protected-access
-  num_micro = pipe.params.num_micro_batches
-  summaries = []
-  for k in range(pipe.num_cells):
-    layers = pipe.CellLayers(k)
-    params = sum(v.shape.num_elements() for layer in layers for v in layer.trainable_variables)
-    flops = activation = boundary = None
-    if shapes is not None:
-      flops = activation = 0
-      for layer in layers:
-        meta = type(layer).FPropMeta(layer.params, shapes)
-        shapes = meta.out_shapes[0]
-        flops += meta.flops
-        activation += Bytes(shapes, layer.fprop_dtype.size) // num_micro
-      boundary = Bytes(shapes, layers[-1].fprop_dtype.size)
-    summaries.append(NestedMap(cell=k, layers=[layer.path for layer in layers], device=pipe.devices[k],
-                               params=params, flops=flops, activation_bytes=activation,
-                               boundary_bytes=boundary))
-  return summaries

@@ -1,7 +1,7 @@
 """Cutting a flat list of layers into K contiguous cells.
 
-`balance` is an explicit list of layer counts, or a method that gives each layer a cost and then finds the cut
-minimizing the most expensive cell (what bounds a pipeline's speed or memory):
+`balance` is an explicit list of layer counts, or a method that gives each layer a cost and then
+finds the cut minimizing the most expensive cell (what bounds a pipeline's speed or memory):
   - 'uniform': every layer costs 1;
   - 'params':  number of trainable parameters;
   - 'flops':   forward flops from each layer's FPropMeta, chained from the input shapes;
@@ -147,3 +147,11 @@ def Partition(layer_params, num_splits, balance='uniform', input_shapes=None, sa
   if isinstance(balance, (list, tuple)):
     return CheckBalance(balance, n, num_splits)
   return BalanceByCost(LayerCosts(layer_params, balance, input_shapes, sample_inputs), num_splits)
+
+
+def ExpandedLayers(layers):
+  """The units of a `layers` list: an entry whose class has ExpandUnits(params) stands for several
+  (a Keras model named by its builder becomes one KerasLayer per piece, known only once the model is
+  built)."""
+  return [unit for layer in layers
+          for unit in (layer.cls.ExpandUnits(layer) if hasattr(layer.cls, 'ExpandUnits') else [layer])]

@@ -1,21 +1,24 @@
 """What a layer's backward reads from its forward: the activations a pipeline keeps per micro-batch.
 
-FPropMeta gives a layer's output shapes, but a backward also reads what the layer computed inside (a Transformer
-layer's attention probabilities, its feed-forward hidden units, layer-norm statistics, dropout masks), which on the
-Transformer workload is most of the memory. `Describe(layer_params, input_shapes)` finds those tensors the way the
-runtime keeps them: it builds the layer abstractly (no weights allocated), traces its training forward and its
-gradient into a scratch graph with placeholders for the inputs and the weights, and sums the bytes of the forward
-tensors that a gradient op reads. Nothing runs, so a layer of any size is described on any machine.
+FPropMeta gives a layer's output shapes, but a backward also reads what the layer computed inside (a
+Transformer layer's attention probabilities, its feed-forward hidden units, layer-norm statistics,
+dropout masks), which on the Transformer workload is most of the memory. `Describe(layer_params,
+input_shapes)` finds those tensors the way the runtime keeps them: it builds the layer abstractly
+(no weights allocated), traces its training forward and its gradient into a scratch graph with
+placeholders for the inputs and the weights, and sums the bytes of the forward tensors that a
+gradient op reads. Nothing runs, so a layer of any size is described on any machine.
 
-Views share their input's buffer (Identity, Reshape, ExpandDims, Squeeze), so a tensor read through one is counted
-once, as its source; the layer's inputs and outputs are left out (the planner counts each boundary once, as the
-output of the layer before). Small tensors the step keeps anyway (constants, shapes) are left out too.
+Views share their input's buffer (Identity, Reshape, ExpandDims, Squeeze), so a tensor read through
+one is counted once, as its source; the layer's inputs and outputs are left out (the planner counts
+each boundary once, as the output of the layer before). Small tensors the step keeps anyway
+(constants, shapes) are left out too.
 
-`fused_internal` is what a compiler that fuses element-wise ops and transposes into their consumers (XLA, as on
-the GPipe paper's TPUs) would keep instead: only the tensors the backward's matrix products and convolutions
-read, followed back through views and transposes. A layer norm's centred inputs, a scaled query or a transposed
-head are then re-derived inside a fusion rather than kept. This is an estimate of such a compiler, not a
-measurement: lingpipe's own runtime (TensorFlow's executor) keeps what `internal` counts.
+`fused_internal` is what a compiler that fuses element-wise ops and transposes into their consumers
+(XLA, as on the GPipe paper's TPUs) would keep instead: only the tensors the backward's matrix
+products and convolutions read, followed back through views and transposes. A layer norm's centred
+inputs, a scaled query or a transposed head are then re-derived inside a fusion rather than kept.
+This is an estimate of such a compiler, not a measurement: lingpipe's own runtime (TensorFlow's
+executor) keeps what `internal` counts.
 """
 
 from typing import NamedTuple, Optional
@@ -28,7 +31,8 @@ from lingpipe.core import base_layer
 from lingpipe.core import context
 from lingpipe.core.nested_map import NestedMap
 
-# Ops whose output is a view of their first input: the backward reading it keeps the input's buffer alive.
+# Ops whose output is a view of their first input: the backward reading it keeps the input's buffer
+# alive.
 _VIEWS = ('Identity', 'Reshape', 'ExpandDims', 'Squeeze', 'StopGradient', 'Snapshot')
 _FREE = ('Const', 'Shape', 'ShapeN', 'Size', 'Rank', 'Placeholder', 'VarHandleOp', 'ReadVariableOp')
 # What a fusing compiler keeps for: the inputs of the gradient's matrix products and convolutions.
@@ -70,7 +74,8 @@ def _Trace(layer_params, shapes, dtype):
   with graph.as_default():
     with base_layer.AbstractVariables():
       layer = layer_params.Copy().Set(name=layer_params.name or 'layer').Instantiate()
-    # The weights as a pipeline cell reads them: in their compute dtype, cast once per step outside the cell.
+    # The weights as a pipeline cell reads them: in their compute dtype, cast once per step outside
+    # the cell.
     abstract = {v: tf.compat.v1.placeholder(l.VariableFPropDtype(name), v.shape) for l in layer.Walk()
                 for name, v in l.vars.items()}
     inputs = _Placeholders(shapes, dtype)
@@ -103,9 +108,10 @@ _CACHE = {}
 
 
 def Describe(layer_params, input_shapes, dtype=tf.float32) -> Optional[Saved]:
-  """Saved of the layer `layer_params` on inputs of `input_shapes` (a TensorShape, or a dict of them for NestedMap
-  inputs) of `dtype`, or None where the layer cannot be traced so (e.g. it reads integer ids): the planner then
-  counts its outputs alone. Layers of equal Params and shapes are traced once."""
+  """Saved of the layer `layer_params` on inputs of `input_shapes` (a TensorShape, or a dict of them
+  for NestedMap inputs) of `dtype`, or None where the layer cannot be traced so (e.g. it reads
+  integer ids): the planner then counts its outputs alone. Layers of equal Params and shapes are
+  traced once."""
   if isinstance(input_shapes, dict):
     shapes_key = tuple(sorted((k, tuple(tf.TensorShape(v).as_list())) for k, v in input_shapes.items()))
   else:

@@ -1,12 +1,12 @@
 """The planner's step time of a pipeline configuration, from measured layer times and this machine's own costs.
 
-Each action of the schedule's plan takes its cell's measured layer times at the micro-batch's size: a forward its
-forwards, a backward its backwards plus the forward again where the plan re-computes (a device that runs a
-micro-batch's backward right after its forward keeps the activations instead), and a split backward its
-backwards times this machine's measured cost of splitting. Every action also pays a fixed cost per call. The plan
-is run by schedule.Simulate, and the devices together cannot go faster than their measured concurrency: logical
-CPU devices share the machine's cores. What is measured (`Measure`, each time the trainer chooses, on its own
-devices):
+Each action of the schedule's plan takes its cell's measured layer times at the micro-batch's size:
+a forward its forwards, a backward its backwards plus the forward again where the plan re-computes
+(a device that runs a micro-batch's backward right after its forward keeps the activations instead),
+and a split backward its backwards times this machine's measured cost of splitting. Every action
+also pays a fixed cost per call. The plan is run by schedule.Simulate, and the devices together
+cannot go faster than their measured concurrency: logical CPU devices share the machine's cores.
+What is measured (`Measure`, each time the trainer chooses, on its own devices):
   concurrency      the throughput of K devices each running the same work at once, over one device's
   split_backward   a zero-bubble step (backward split in two) over a 1F1B step of the same model, less one
   per_action       seconds a cell's forward or backward costs beyond its layers' times
@@ -37,8 +37,8 @@ IDEAL = Terms(concurrency=())  # devices that run in parallel at full speed; not
 
 
 def Predict(plan, forward, backward, terms=IDEAL) -> float:
-  """Seconds of a training step of `plan`, given each cell's measured forward and backward seconds at one
-  micro-batch (`forward[c]`, `backward[c]`: its layers' times added up)."""
+  """Seconds of a training step of `plan`, given each cell's measured forward and backward seconds
+  at one micro-batch (`forward[c]`, `backward[c]`: its layers' times added up)."""
   split = 1.0 + terms.split_backward if plan.splits_backward else 1.0
 
   def Cost(a):
@@ -68,8 +68,8 @@ def CellTimes(counts: Sequence[int], forward, backward) -> Tuple[Tuple[float, ..
 
 
 def MeasureConcurrency(run, devices, repeats=3):
-  """[K-1]: the throughput of the first K of `devices` (names) each calling run(device) at once, from its own
-  thread as the pipeline's executor does, in one device's."""
+  """[K-1]: the throughput of the first K of `devices` (names) each calling run(device) at once,
+  from its own thread as the pipeline's executor does, in one device's."""
 
   def Together(count):
     threads = [threading.Thread(target=run, args=(d,)) for d in devices[:count]]
@@ -84,9 +84,10 @@ def MeasureConcurrency(run, devices, repeats=3):
 
 
 def Measure(run, devices, call_terms) -> Terms:
-  """This machine's Terms for pipelines on `devices` (logical device names, at least one), the devices'
-  concurrency measured with run(device), a unit of the model's own work (layer_times.HeaviestLayer), and
-  call_terms() the (split_backward, per_action) a real pipeline measures (call_costs.Measure)."""
+  """This machine's Terms for pipelines on `devices` (logical device names, at least one), the
+  devices' concurrency measured with run(device), a unit of the model's own work
+  (layer_times.HeaviestLayer), and call_terms() the (split_backward, per_action) a real pipeline
+  measures (call_costs.Measure)."""
   split, per_action = call_terms()
   return Terms(MeasureConcurrency(run, devices), split, per_action)
 
