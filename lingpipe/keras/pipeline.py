@@ -273,7 +273,7 @@ class Pipeline(keras.Model):
       self._CheckPerMicroBatchLoss(rows, y)
     else:
       self.CheckBatch(rows)
-      if rows is None and not context.IsExporting():  # As call() does: pad to the batch size, drop the pad rows.
+      if rows is None:  # As call() does: pad to the batch size, drop the pad rows.
         x, real_rows = self._PadToBatchSize(x, True)
     targets = {}
     if y is not None:

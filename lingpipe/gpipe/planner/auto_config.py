@@ -163,7 +163,7 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
       return measured[size]
 
     for size in anchors:
-      Times(size)
+      MeasureSize(size)
     spent = 0.0
     for size in sorted({batch // m for m in micro} - set(anchors), reverse=True):
       expected = took[min(a for a in took if a > size)]  # a larger size's timing took at least as long
