@@ -423,7 +423,7 @@ def Ceiling(model):
 def TimeToFirstStep(ms, remats=remat_lib.POLICIES):
   """{remat: {M: {total_s, trace_s, first_run_s, step_s}}} of a 12-layer Transformer at K=4 (Measure's first step,
   its parts, a later step). Every policy's passes loop over their steady ticks ('never' keeps each forward's
-  activations as data on a stack, executor.Cells.Saves)."""
+  activations as data on a stack, step_facts.StepFacts.saves)."""
   print('\n## Time to first step, 12-layer Transformer, K=4: trace + first run (a later step in brackets)')
   print('%-13s' % 'remat' + ''.join('%28s' % ('M=%d' % m) for m in ms))
   out = {}

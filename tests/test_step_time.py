@@ -61,9 +61,12 @@ def test_the_terms_are_measured_here_with_the_models_own_layer():
   layers, built = util.Tanh(3, 128), {}
   times = layer_times.Measure(layers, [64, 128], 64, repeats=1, built=built)
   unit = layer_times.HeaviestLayer(layers, [64, 128], times, built=built)
+  heaviest = layer_times.Heaviest(layers, [64, 128], times)
+  assert heaviest.input_shapes == tf.TensorShape([64, 128]) and heaviest.params.cls is layers[heaviest.index].cls
   devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
   from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top
-  terms = step_time.Measure(unit, devices, call_costs.Measure)
+  terms = step_time.Measure(unit, devices,
+                            lambda: (call_costs.SplitBackward(heaviest, 64, times), call_costs.PerAction()))
   assert len(terms.concurrency) == len(devices) and terms.concurrency[0] == pytest.approx(1.0)
   assert all(0 < c <= 2 * len(devices) for c in terms.concurrency)
   assert 0 <= terms.split_backward < 5 and 0 <= terms.per_action < 1
@@ -85,3 +88,16 @@ def test_every_micro_batch_size_is_timed_while_it_is_cheap_the_rest_interpolated
   predicted = auto_config.Predict(util.Tanh(2, dim=16), [48, 16], 1, fixed={'remat': 'never', 'schedule': 'gpipe'})
   assert sorted(sizes) == timed
   assert all(o.step_seconds > 0 for o in predicted.options)
+
+
+def test_a_split_backwards_cost_is_a_fraction_of_the_backward_not_of_the_step(monkeypatch):
+  """A step of forward 1 and backward 2 (3 s) that takes 4 s split: the backward costs 50% more, not 33%."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
+  import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
+  steps = {'1f1b': 3.0, 'zero_bubble': 4.0}
+  monkeypatch.setattr(call_costs, '_StepSeconds', lambda layers, inputs, batch, m, schedule, batch_dim: steps[schedule])
+  layer = layer_times.Layer(util.Tanh(2, 16)[1], tf.TensorShape([8, 16]), 1)
+  times = layer_times.Times(8, (5.0, 1.0), (9.0, 2.0))  # the second layer's entry counts
+  assert call_costs.SplitBackward(layer, 8, times) == pytest.approx(0.5)

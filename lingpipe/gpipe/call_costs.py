@@ -1,6 +1,7 @@
 """What a pipeline's cell calls cost on this machine beyond its layers' times, measured with a real
-pipeline of a dense stack: the planner's step_time.Terms split_backward and per_action
-(planner/step_time.py says how a step prediction uses them)."""
+pipeline: the planner's step_time.Terms split_backward (with the model's own heaviest layer, since
+how much splitting a backward costs depends on the layer) and per_action (with a dense stack: a call
+costs the same whatever it runs). planner/step_time.py says how a step prediction uses them."""
 
 import tensorflow as tf
 
@@ -33,34 +34,48 @@ class _Dense(base_layer.BaseLayer):
     return base_layer.Meta(input_shape, 2 * input_shape[0] * params.dim * params.dim)
 
 
-def Measure(width=512, layers=4, batch=512):
-  """(split_backward, per_action) measured with a real pipeline of a dense stack on one device: zero
-  bubble's step over 1F1B's at M=1 less one, and what each extra cell call of 1F1B at M=8 costs
-  beyond the layers' times at the micro-batch's size."""
+def _StepSeconds(layers, inputs, batch_size, num_micro, schedule, batch_dim=0, repeats=5):
+  """Best-of-`repeats` seconds of a training step of a one-cell pipeline of `layers` on `inputs`."""
+  pipe = pipelining_layer.PipeliningLayer.Params().Set(
+      name='speed_terms', layers=[p.Copy() for p in layers], num_splits=1, num_micro_batches=num_micro,
+      remat='never', schedule=schedule, batch_dim=batch_dim).Instantiate()
+  targets = tf.zeros([batch_size])
+
+  def Loss(outputs, unused_targets):
+    flat = [t for t in tf.nest.flatten(outputs) if t.dtype.is_floating]
+    loss = tf.add_n([tf.reduce_mean(tf.square(tf.cast(t, tf.float32))) for t in flat])
+    return loss, {'loss': (loss, 1.0)}
+
+  @tf.function(autograph=False)
+  def Run():
+    with tf.GradientTape() as tape, context.Training(True):
+      loss, _ = pipe.FPropWithLoss(inputs, targets, Loss)
+    return tape.gradient(loss, pipe.trainable_variables)
+  return layer_times.Best(Run, repeats)
+
+
+def SplitBackward(layer, batch_size, times, dtype=tf.float32, batch_dim=0):
+  """What splitting a backward into BACKWARD and WEIGHT (zero bubble) adds to it, as a fraction of the
+  backward: one cell of `layer` (a layer_times.Layer) stepped by zero bubble and by 1F1B at M=1.
+  `times`: the model's layer_times.Times at `batch_size`, whose entry for the layer gives the
+  backward's share of a step."""
+  inputs = layer_times.RandomInputs(layer.input_shapes, dtype)
+  one = _StepSeconds([layer.params], inputs, batch_size, 1, '1f1b', batch_dim)
+  split = _StepSeconds([layer.params], inputs, batch_size, 1, 'zero_bubble', batch_dim)
+  forward, backward = times.forward[layer.index], times.backward[layer.index]
+  # The steps' difference is the backward's extra; the backward is its share of the 1F1B step.
+  return max(0.0, (split - one) / max(one * backward / max(forward + backward, 1e-9), 1e-9))
+
+
+def PerAction(width=512, layers=4, batch=512):
+  """Seconds each cell call costs beyond the layers' times: a dense stack's 1F1B step at M=8 over M=1,
+  less the layers' own times at each micro-batch size, per extra call."""
   stack = [_Dense.Params().Set(name='l%d' % i, dim=width) for i in range(layers)]
   inputs = tf.random.normal([batch, width], seed=2)
-
-  def Step(num_micro, schedule):
-    pipe = pipelining_layer.PipeliningLayer.Params().Set(
-        name='speed_terms', layers=[p.Copy() for p in stack], num_splits=1, num_micro_batches=num_micro,
-        remat='never', schedule=schedule).Instantiate()
-
-    def Loss(outputs, unused_targets):
-      loss = tf.reduce_mean(tf.square(outputs))
-      return loss, {'loss': (loss, 1.0)}
-
-    @tf.function(autograph=False)
-    def Run():
-      with tf.GradientTape() as tape, context.Training(True):
-        loss, _ = pipe.FPropWithLoss(inputs, inputs, Loss)
-      return tape.gradient(loss, pipe.trainable_variables)
-    return layer_times.Best(Run, 5)
-
-  one, zero_bubble, eight = Step(1, '1f1b'), Step(1, 'zero_bubble'), Step(8, '1f1b')
+  one, eight = (_StepSeconds(stack, inputs, batch, m, '1f1b') for m in (1, 8))
   built = {}
   whole = layer_times.Measure(stack, [batch, width], batch, built=built)
   micro = layer_times.Measure(stack, [batch, width], batch // 8, built=built)
   work = lambda t, m: m * (sum(t.forward) + sum(t.backward))
   # The calls one M=1 step and one M=8 step make: a forward and a backward per micro-batch.
-  per_action = ((eight - work(micro, 8)) - (one - work(whole, 1))) / (2 * 8 - 2)
-  return max(0.0, zero_bubble / one - 1.0), max(0.0, per_action)
+  return max(0.0, ((eight - work(micro, 8)) - (one - work(whole, 1))) / (2 * 8 - 2))

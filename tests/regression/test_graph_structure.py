@@ -65,7 +65,7 @@ def test_steady_ticks_run_as_a_loop_so_the_graph_does_not_grow_with_m(policy, ca
     _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=m, remat=policy)
     counts[m] = util.CellCalls(util.StepGraph(pipe, _Input(batch=32)))
   # Per pass: K(K+1)/2 fill tasks + K in the loop body + K(K-1)/2 drain tasks = K(K+1) = 6 for K=2. Under 'never'
-  # every forward keeps its activations, as data on a stack (executor.Cells.Saves), and the steady ticks loop. The
+  # every forward keeps its activations, as data on a stack (step_facts.StepFacts.saves), and the steady ticks loop. The
   # last micro-batch of 'except_last' keeps its activations unlike the others: its ticks break the pattern and run
   # unrolled, 2 more calls per pass (phase_loop.SteadyTicks). In GPipe 'always' keeps that micro-batch's
   # activations too: its backward comes next on its device (schedule.KeepWhereBackwardFollows).

@@ -228,7 +228,7 @@ def Bind(plan, saves):
 
   Args:
     plan: a plan_lib.Plan.
-    saves: whether kept activations are data (executor.Cells.Saves), else tapes.
+    saves: whether kept activations are data (step_facts.StepFacts.saves), else tapes.
   """
   bound, seen, splits = {}, set(), plan.splits_backward  # splits_backward walks the plan: once.
   for phase in plan.phases:

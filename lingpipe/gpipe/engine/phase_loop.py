@@ -5,7 +5,7 @@ one `tf.while_loop` whose body is that pattern, with the micro-batch index a loo
 graph size and time to first step stay nearly flat in M. Ticks before the loop run unrolled and give
 every loop variable its value. A tick whose actions keep activations on a GradientTape is never
 looped: a tape cannot outlive a loop iteration. GPipe's forwards under remat 'never' keep them as
-data on a stack instead (executor.Cells.Saves), and loop. Inside the loop a micro-batch index is a
+data on a stack instead (step_facts.StepFacts.saves), and loop. Inside the loop a micro-batch index is a
 tensor: its inputs are gathered from the stacked micro-batches (`MicroBatches`), and the index a
 cell is called with is always a tensor (`Index`) so that every call shares one function.
 """
@@ -79,7 +79,7 @@ def Loops(plan, phase, loop=True, saves=False):
   """The ticks of `phase` the executor runs as one tf.while_loop: (first, stop, step) with the loop
   running ticks first .. stop-1, or None when every tick runs unrolled (loop=False, no repeated
   pattern, or taped). `saves`: kept activations are data on a stack, not on tapes
-  (executor.Cells.Saves)."""
+  (step_facts.StepFacts.saves)."""
   start, stop, step = SteadyTicks(plan.Phase(phase))
   template = plan.Phase(phase).ticks[start + 1] if stop - start > 1 else ()
   taped = not saves and any(a.keep == plan_lib.KEEP_ACTIVATIONS or (a.kind == plan_lib.BACKWARD and not a.recompute)

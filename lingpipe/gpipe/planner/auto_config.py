@@ -172,11 +172,15 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
       MeasureSize(size)
       spent += took[size]
     times = Times
-    # The devices' concurrency with the model's heaviest layer at a micro-batch's size (one already
-    # traced).
-    unit = layer_times.HeaviestLayer(layer_params, input_shapes, Times(anchors[len(anchors) // 2]), dtype,
-                                     batch_dim, built)
-    terms = step_time.Measure(unit, _LocalDevices(num_devices), call_costs.Measure)
+    # The devices' concurrency and the cost of a split backward, with the model's heaviest layer at a
+    # micro-batch's size (one already traced). The split is measured only where zero bubble may be chosen.
+    size = anchors[len(anchors) // 2]
+    heaviest = layer_times.Heaviest(layer_params, input_shapes, Times(size), dtype, batch_dim)
+    unit = layer_times.HeaviestLayer(layer_params, input_shapes, Times(size), dtype, batch_dim, built)
+    splits = (fixed or {}).get('schedule', 'zero_bubble') == 'zero_bubble'
+    call_terms = lambda: (call_costs.SplitBackward(heaviest, size, Times(size), dtype, batch_dim) if splits else 0.0,
+                          call_costs.PerAction())
+    terms = step_time.Measure(unit, _LocalDevices(num_devices), call_terms)
     plain = sum(Times(batch).forward) + sum(Times(batch).backward) + 2 * terms.per_action
   options = Options(layer_params, input_shapes, batch, num_devices, fixed or {}, peak_of, times, slots=slots,
                     dtype_size=dtype_size, fprop_dtype=fprop_dtype, terms=terms)

@@ -38,9 +38,10 @@ def _WithBatch(shapes, batch_size, batch_dim):
   return tf.TensorShape(dims)
 
 
-def _Random(shapes, dtype):
+def RandomInputs(shapes, dtype):
+  """Random tensors (a NestedMap of them for a dict) shaped as `shapes`, in `dtype`."""
   if isinstance(shapes, dict):
-    return NestedMap({k: _Random(v, dtype) for k, v in shapes.items()})
+    return NestedMap({k: RandomInputs(v, dtype) for k, v in shapes.items()})
   return tf.random.normal(tf.TensorShape(shapes).as_list(), dtype=dtype)
 
 
@@ -85,7 +86,7 @@ class _Timed:
     self.call = tf.function(tf.nest.flatten)
 
   def Measure(self, shapes, dtype, repeats):
-    x = _Random(shapes, dtype)
+    x = RandomInputs(shapes, dtype)
     # Cheap, and slow the first few times (allocations): timed more often than the layer, so that it
     # is not overstated and taken off the forward.
     call = Best(lambda: self.call(x), max(repeats, _CALL_REPEATS))
@@ -142,12 +143,16 @@ def Interpolate(smaller, larger, batch_size):
   return Times(batch_size, mix(smaller.forward, larger.forward), mix(smaller.backward, larger.backward))
 
 
-def HeaviestLayer(layer_params, input_shapes, times, dtype=tf.float32, batch_dim=0, built=None):
-  """A function of a device name that runs, on that device, the forward and backward of the layer
-  that `times` (Measure's, with the same `built`) says takes longest, at times.batch_size: a unit of
-  this model's own work."""
+class Layer(NamedTuple):
+  """One of a model's layers as the pipeline runs it: its params (in the compute dtype) and input shapes."""
+  params: object
+  input_shapes: object  # a shape, or a dict of them, at the measured batch size
+  index: int  # its place in the model's flat list of layers
+
+
+def Heaviest(layer_params, input_shapes, times, dtype=tf.float32, batch_dim=0) -> Layer:
+  """The layer that `times` (Measure's) says takes longest, with its inputs' shapes at times.batch_size."""
   dtype = tf.as_dtype(dtype)
-  built = {} if built is None else built
   costs = [f + b for f, b in zip(times.forward, times.backward)]
   heaviest = costs.index(max(costs))
   shapes = _WithBatch(input_shapes, times.batch_size, batch_dim)
@@ -155,12 +160,22 @@ def HeaviestLayer(layer_params, input_shapes, times, dtype=tf.float32, batch_dim
     p = p.Copy().Set(fprop_dtype=p.fprop_dtype or dtype)
     shapes = p.cls.FPropMeta(p, shapes).out_shapes[0]
   p = layer_params[heaviest].Copy()
-  p.Set(fprop_dtype=p.fprop_dtype or dtype)
-  timed, inputs = _Built(built, p, _Text(p, heaviest), shapes, batch_dim, dtype), {}
+  return Layer(p.Set(fprop_dtype=p.fprop_dtype or dtype), shapes, heaviest)
+
+
+def HeaviestLayer(layer_params, input_shapes, times, dtype=tf.float32, batch_dim=0, built=None):
+  """A function of a device name that runs, on that device, the forward and backward of the layer
+  that `times` (Measure's, with the same `built`) says takes longest, at times.batch_size: a unit of
+  this model's own work."""
+  dtype = tf.as_dtype(dtype)
+  built = {} if built is None else built
+  layer = Heaviest(layer_params, input_shapes, times, dtype, batch_dim)
+  timed = _Built(built, layer.params, _Text(layer.params, layer.index), layer.input_shapes, batch_dim, dtype)
+  inputs = {}
 
   def Run(device):
     with tf.device(device):
       if device not in inputs:
-        inputs[device] = _Random(shapes, dtype)
+        inputs[device] = RandomInputs(layer.input_shapes, dtype)
       tf.nest.map_structure(lambda t: t.numpy(), timed.forward_backward(inputs[device]))
   return Run

@@ -8,7 +8,7 @@ also pays a fixed cost per call. The plan is run by schedule.Simulate, and the d
 cannot go faster than their measured concurrency: logical CPU devices share the machine's cores.
 What is measured (`Measure`, each time the trainer chooses, on its own devices):
   concurrency      the throughput of K devices each running the same work at once, over one device's
-  split_backward   a zero-bubble step (backward split in two) over a 1F1B step of the same model, less one
+  split_backward   what splitting a backward in two (zero bubble) adds to it, with the model's heaviest layer
   per_action       seconds a cell's forward or backward costs beyond its layers' times
 The last two are measured with a real pipeline (gpipe/call_costs.py).
 """
@@ -87,7 +87,7 @@ def Measure(run, devices, call_terms) -> Terms:
   """This machine's Terms for pipelines on `devices` (logical device names, at least one), the
   devices' concurrency measured with run(device), a unit of the model's own work
   (layer_times.HeaviestLayer), and call_terms() the (split_backward, per_action) a real pipeline
-  measures (call_costs.Measure)."""
+  measures (call_costs.SplitBackward and PerAction)."""
   split, per_action = call_terms()
   return Terms(MeasureConcurrency(run, devices), split, per_action)
 
