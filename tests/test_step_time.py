@@ -60,8 +60,8 @@ def test_the_terms_are_measured_here_with_the_models_own_layer():
   import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
   layers, built = util.Tanh(3, 128), {}
   times = layer_times.Measure(layers, [64, 128], 64, repeats=1, built=built)
-  unit = layer_times.HeaviestLayer(layers, [64, 128], times, built=built)
   heaviest = layer_times.Heaviest(layers, [64, 128], times)
+  unit = layer_times.RunsOnDevice(heaviest, built=built)
   assert heaviest.input_shapes == tf.TensorShape([64, 128]) and heaviest.params.cls is layers[heaviest.index].cls
   devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
   from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top

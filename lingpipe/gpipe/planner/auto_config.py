@@ -176,7 +176,7 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
     # micro-batch's size (one already traced). The split is measured only where zero bubble may be chosen.
     size = anchors[len(anchors) // 2]
     heaviest = layer_times.Heaviest(layer_params, input_shapes, Times(size), dtype, batch_dim)
-    unit = layer_times.HeaviestLayer(layer_params, input_shapes, Times(size), dtype, batch_dim, built)
+    unit = layer_times.RunsOnDevice(heaviest, dtype, batch_dim, built)
     splits = (fixed or {}).get('schedule', 'zero_bubble') == 'zero_bubble'
     call_terms = lambda: (call_costs.SplitBackward(heaviest, size, Times(size), dtype, batch_dim) if splits else 0.0,
                           call_costs.PerAction())

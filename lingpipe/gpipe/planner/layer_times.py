@@ -163,13 +163,12 @@ def Heaviest(layer_params, input_shapes, times, dtype=tf.float32, batch_dim=0) -
   return Layer(p.Set(fprop_dtype=p.fprop_dtype or dtype), shapes, heaviest)
 
 
-def HeaviestLayer(layer_params, input_shapes, times, dtype=tf.float32, batch_dim=0, built=None):
-  """A function of a device name that runs, on that device, the forward and backward of the layer
-  that `times` (Measure's, with the same `built`) says takes longest, at times.batch_size: a unit of
-  this model's own work."""
+def RunsOnDevice(layer, dtype=tf.float32, batch_dim=0, built=None):
+  """A function of a device name that runs, on that device, the forward and backward of `layer` (a
+  Layer, e.g. Heaviest's, measured with the same `built`) at its input shapes: a unit of this model's
+  own work."""
   dtype = tf.as_dtype(dtype)
   built = {} if built is None else built
-  layer = Heaviest(layer_params, input_shapes, times, dtype, batch_dim)
   timed = _Built(built, layer.params, _Text(layer.params, layer.index), layer.input_shapes, batch_dim, dtype)
   inputs = {}
 

@@ -86,8 +86,8 @@ def MeasureConcurrency(run, devices, repeats=3):
 def Measure(run, devices, call_terms) -> Terms:
   """This machine's Terms for pipelines on `devices` (logical device names, at least one), the
   devices' concurrency measured with run(device), a unit of the model's own work
-  (layer_times.HeaviestLayer), and call_terms() the (split_backward, per_action) a real pipeline
-  measures (call_costs.SplitBackward and PerAction)."""
+  (layer_times.RunsOnDevice of layer_times.Heaviest), and call_terms() the (split_backward,
+  per_action) a real pipeline measures (call_costs.SplitBackward and PerAction)."""
   split, per_action = call_terms()
   return Terms(MeasureConcurrency(run, devices), split, per_action)
 
