@@ -2,7 +2,7 @@ r"""Step times and time to first step at two commits, side by side: did a change
 
     python benchmarks/commit_comparison.py --before=c1554b3 --after=HEAD --rounds=2
 
-Checks each commit out into a git worktree of its own (in a temporary folder this tool makes and removes), runs
+Checks each commit out into a git worktree of its own (in a temporary folder; it removes only what it made), runs
 pipeline_benchmark.py's schedule table and time-to-first-step sections there, alternating the two commits for
 --rounds rounds so that a machine that slows down or speeds up weighs on both alike, and prints each row's step
 time and first step at both commits and their ratio (after over before, the median over the rounds).
@@ -11,7 +11,6 @@ time and first step at both commits and their ratio (after over before, the medi
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -32,8 +31,28 @@ def _Args(argv):
   return parser.parse_args(argv)
 
 
-def _Git(*args):
-  return subprocess.run(['git', '-C', _REPO] + list(args), check=True, capture_output=True, text=True).stdout.strip()
+def _Git(*args, repo=_REPO):
+  return subprocess.run(['git', '-C', repo] + list(args), check=True, capture_output=True, text=True).stdout.strip()
+
+
+def CleanUp(folder, worktrees, written, repo=_REPO):
+  """Removes what this tool made and nothing else: the files it `written`, the `worktrees` it added
+  (git refuses one holding a file git does not ignore, and it is kept), then `folder` if empty.
+  Returns a line for each thing kept."""
+  kept = []
+  for path in written:
+    if os.path.exists(path):
+      os.remove(path)
+  for path in worktrees:
+    try:
+      _Git('worktree', 'remove', path, repo=repo)
+    except subprocess.CalledProcessError as e:
+      kept.append('kept the worktree %s: %s' % (path, e.stderr.strip().splitlines()[-1] if e.stderr else e))
+  try:
+    os.rmdir(folder)
+  except OSError as e:
+    kept.append('kept %s: %s' % (folder, e.strerror))
+  return kept
 
 
 def _Run(worktree, sections, out):
@@ -81,17 +100,18 @@ def Table(before, after):
 def main(args):
   commits = {'before': _Git('rev-parse', '--short', args.before), 'after': _Git('rev-parse', '--short', args.after)}
   folder = tempfile.mkdtemp(prefix='commit_comparison_')
-  made = []
+  worktrees, written = [], []
   try:
     for which, commit in commits.items():
       path = os.path.join(folder, which)
       _Git('worktree', 'add', '--detach', '-q', path, commit)
-      made.append(path)
+      worktrees.append(path)
     runs = {'before': [], 'after': []}
     for r in range(args.rounds):
       for which in ('before', 'after'):
         print('round %d of %d: %s (%s)' % (r + 1, args.rounds, which, commits[which]), flush=True)
-        results = _Run(os.path.join(folder, which), args.sections, os.path.join(folder, '%s_%d.json' % (which, r)))
+        written.append(os.path.join(folder, '%s_%d.json' % (which, r)))
+        results = _Run(os.path.join(folder, which), args.sections, written[-1])
         runs[which].append(Rows(results))
     cpu = results.get('cpu', 'unknown')
     print('CPU: %s' % cpu)
@@ -100,9 +120,8 @@ def main(args):
     print('\n'.join(Table(runs['before'], runs['after'])))
     return cpu
   finally:
-    for path in made:  # Only the worktrees made here, and the folder made here.
-      _Git('worktree', 'remove', '--force', path)
-    shutil.rmtree(folder, ignore_errors=True)
+    for line in CleanUp(folder, worktrees, written):
+      print('commit_comparison: %s' % line)
 
 
 if __name__ == '__main__':

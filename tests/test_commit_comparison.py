@@ -22,3 +22,32 @@ def test_ratios_are_after_over_before_of_the_medians():
   assert step.split()[-3:] == ['1.200', '1.100', '0.92']
   assert lines[-2] == 'step times: median ratio 0.92 (range 0.92-0.92, 1 rows)'
   assert lines[-1] == 'first steps: median ratio 1.10 (range 1.10-1.10, 2 rows)'
+
+
+def test_clean_up_removes_what_it_made_and_keeps_a_planted_file(tmp_path):
+  """A file of the user's in the temporary folder and one in a worktree stay, with the folders that hold them."""
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  repo = tmp_path / 'repo'
+  git = lambda *a: subprocess.run(['git', '-C', str(repo), '-c', 'user.name=t', '-c', 'user.email=t@t'] + list(a),
+                                  check=True, capture_output=True)
+  repo.mkdir()
+  git('init', '-q')
+  (repo / 'a.txt').write_text('a')
+  git('add', 'a.txt')
+  git('commit', '-q', '-m', 'a')
+  folder = tmp_path / 'made'
+  folder.mkdir()
+  clean, planted_in = folder / 'clean', folder / 'planted'
+  for path in (clean, planted_in):
+    git('worktree', 'add', '--detach', '-q', str(path), 'HEAD')
+  written = folder / 'before_0.json'
+  written.write_text('{}')
+  (planted_in / 'mine.txt').write_text('keep')
+  beside = tmp_path / 'beside.txt'
+  beside.write_text('keep')
+  kept = commit_comparison.CleanUp(str(folder), [str(clean), str(planted_in)], [str(written)], repo=str(repo))
+  assert not os.path.exists(written) and not os.path.exists(clean)
+  assert (planted_in / 'mine.txt').read_text() == 'keep' and beside.read_text() == 'keep'
+  assert len(kept) == 2 and kept[0].startswith('kept the worktree %s: ' % planted_in), kept
+  assert kept[1] == 'kept %s: Directory not empty' % folder
