@@ -26,7 +26,7 @@ Tables:
   3. K=1, M=1 pipeline overhead against the plain model (remat never and always);
   4. peak memory (get_memory_info) and step time per remat policy, with the analytic bound for remat=always and
      the memory planner's prediction; and (section schedules) per schedule x remat, against gpipe, for the dense
-     stack at batch 2048 and Table 1's Transformer (or --workload), K=2, M=8;
+     stack at batch 2048 and Table 1's Transformer (or --workload), K=2, M=8 (benchmarks/schedule_section.py);
   5. time to first step (trace + first run) of a 12-layer Transformer at K=4 for M=4 and M=32, per remat policy;
   6. the machine's own ceiling: two independent copies of the plain model on two devices in one step against
      one copy, i.e. the best any 2-way split can do here (shared caches, memory bandwidth, clock boost);
@@ -333,66 +333,6 @@ def RematTable(model, k, m):
   return out
 
 
-def ReluStack(num_layers=8, batch=2048, dim=1024):
-  layer = linear.ProjectionLayer.Params().Set(input_dim=dim, output_dim=dim, activation='relu')
-  inputs = tf.constant(np.random.RandomState(0).normal(size=(batch, dim)), tf.float32)
-  return Model('ReLU stack %d x %d, batch %d' % (num_layers, dim, batch), [layer.Copy() for _ in range(num_layers)],
-               inputs)
-
-
-SCHEDULES = ('gpipe', '1f1b', 'interleaved_1f1b', 'zero_bubble')
-
-
-def _SquaredOutputs(outputs, unused_targets):
-  """A loss for any workload (its outputs' squared sum per example), with a per-example weight (FPropWithLoss)."""
-  x = tf.cast(outputs.x if isinstance(outputs, dict) else outputs, tf.float32)
-  rows = tf.cast(tf.shape(x)[0], x.dtype)
-  loss = tf.reduce_sum(tf.square(x)) / rows
-  return loss, {'loss': (loss, rows)}
-
-
-def ScheduleTable(model, k, m, virtual_stages=2):
-  """Peak memory and step time of each schedule x remat (never, always), gpipe's loss outside the pipeline and
-  the others' inside (FPropWithLoss), beside the memory planner's prediction for the same cut; ratios to gpipe."""
-  print('\n## Schedules, %s, K=%d, M=%d (interleaved v=%d): peak memory above the weights and step time' % (
-      model.name, k, m, virtual_stages))
-  print('%-6s %-17s %9s %9s %9s %8s %9s %8s' % ('remat', 'schedule', 'peak MiB', '/gpipe', 'planner', '/peak',
-                                                 'step s', '/gpipe'))
-  layers = memory_plan.DescribeLayers(model.layers, tf.nest.map_structure(lambda t: t.shape.as_list(), model.inputs))
-  targets = tf.nest.flatten(model.inputs)[0]
-  out = {}
-  for remat in ('never', 'always'):
-    for name in SCHEDULES:
-      _COUNTER[0] += 1
-      v = virtual_stages if name == 'interleaved_1f1b' else 1
-      pipe = pipelining_layer.PipeliningLayer.Params().Set(
-          name='sched%d' % _COUNTER[0], layers=[l.Copy() for l in model.layers], num_splits=k, num_micro_batches=m,
-          remat=remat, schedule=name, virtual_stages=v, balance='uniform').Instantiate()
-      if pipe.num_devices != k:  # The planner below plans K devices (an earlier version ran interleaved on K x v).
-        raise RuntimeError('Schedules section: %s runs on %d devices, planned on %d.' % (name, pipe.num_devices, k))
-
-      @tf.function(autograph=False)
-      def Step(inputs, pipe=pipe):
-        with tf.GradientTape() as tape, context.Training(True):
-          loss, _ = pipe.FPropWithLoss(inputs, targets, _SquaredOutputs)
-        return loss, tape.gradient(loss, pipe.trainable_variables)
-
-      Step(model.inputs)
-      Step(model.inputs)  # Warm-up.
-      step_s = statistics.median(TimedStep(Step, model.inputs) for _ in range(ARGS.steps))
-      counts = partition.BalanceByCost([1] * len(model.layers), k * v)
-      cells = memory_plan.CellMemories(layers, counts, m, remat, schedule=name, num_devices=k)
-      # The peak varies from step to step (the order the runtime picks among ready ops): the median of three.
-      peak = statistics.median(PeakMiB(Step, model.inputs) for _ in range(3))
-      row = out['%s_%s' % (name, remat)] = dict(peak_mib=peak, step_s=step_s,
-                                                 predicted_mib=memory_plan.StepBytes(cells) / 2**20)
-      gpipe = out['gpipe_%s' % remat]
-      print('%-6s %-17s %9.1f %9.2f %9.1f %8.2f %9.3f %8.2f' % (
-          remat, name, row['peak_mib'], row['peak_mib'] / gpipe['peak_mib'], row['predicted_mib'],
-          row['predicted_mib'] / row['peak_mib'], step_s, step_s / gpipe['step_s']), flush=True)
-  return out
-
-
 def Ceiling(model):
   """Throughput of two independent plain models on CPU:0 and CPU:1 in one step, over one model."""
   single = Measure(model)
@@ -477,7 +417,9 @@ def main():
   if 'schedules' in sections:
     models = Models() if ARGS.workload else [workloads.Make('dense', dtype=workloads.Dtypes(ARGS)[0], batch=2048),
                                              TransformerStack()]
-    results['schedules'] = {model.name: ScheduleTable(model, 2, 8) for model in models}
+    import schedule_section  # pylint: disable=g-import-not-at-top
+    results['schedules'] = {model.name: schedule_section.Run(sys.modules[__name__], model, 2, 8, ARGS.steps)
+                            for model in models}
   if 'ttfs' in sections:
     results['time_to_first_step'] = TimeToFirstStep([4, 32] if not ARGS.quick else [4, 8])
   if 'amoebanet' in sections:

@@ -36,7 +36,7 @@ def test_no_script_edits_sys_path_or_sets_up_the_process_by_hand():
 
 
 def test_benchmark_helpers_are_not_in_tools():
-  helpers = {'workloads.py', 'benchmark_page.py', 'precision_section.py'}
+  helpers = {'workloads.py', 'benchmark_page.py', 'precision_section.py', 'schedule_section.py'}
   assert not helpers & {os.path.basename(p) for p in _TOOLS}
 
 
