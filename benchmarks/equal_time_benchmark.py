@@ -55,7 +55,9 @@ def _Trainer(model, logdir, override, core, mode='train', max_steps=None, log_pa
   if max_steps:
     command.append('--max_steps=%d' % max_steps)
   with open(log_path, 'w', encoding='utf-8') as log:
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=_ROOT)  # pylint: disable=R1732
+    # The process outlives this function (the caller waits for it), so no `with`.
+    process = subprocess.Popen(  # pylint: disable=R1732
+        command, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=_ROOT)
   process.log_path = log_path
   return process
 

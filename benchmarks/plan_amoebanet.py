@@ -262,8 +262,8 @@ def Validate(args, num_cells=6, filters=32, image_size=64, batch=32, rounds=7):
       layer = sequential.SequentialLayer.Params().Set(name='plain', sub=[l.Copy() for l in layers]).Instantiate()
     else:
       layer = pipelining_layer.PipeliningLayer.Params().Set(
-          name='pipe_%s' % name.replace(' ', '_').replace('=', '').lower(), layers=[l.Copy() for l in layers], num_splits=1,
-          num_micro_batches=config[0], remat=config[1]).Instantiate()
+          name='pipe_%s' % name.replace(' ', '_').replace('=', '').lower(), layers=[l.Copy() for l in layers],
+          num_splits=1, num_micro_batches=config[0], remat=config[1]).Instantiate()
     steps[name] = _Step(layer, inputs)
     steps[name]()
     steps[name]()

@@ -5,8 +5,8 @@ r"""lingpipe-worker: one task of a cluster, serving its devices to a lingpipe tr
 
 It starts a `tf.distribute.Server` for (job, task) at that task's address, publishes its identity (the cluster spec,
 job and task it was started with) so the trainer can refuse a worker of another cluster
-(lingpipe/distributed/remote.py), prints one 'ready' line, and serves until SIGTERM or SIGINT, on which it exits with status 0. Mistakes (a task not
-in the spec, a port in use) print one line and exit with status 1.
+(lingpipe/distributed/remote.py), prints one 'ready' line, and serves until SIGTERM or SIGINT, on which it exits
+with status 0. Mistakes (a task not in the spec, a port in use) print one line and exit with status 1.
 
 Security: TensorFlow's gRPC server listens on every interface (0.0.0.0:PORT, whatever host the spec names; TF 2.21
 has no option to bind one address) and authenticates nobody: anyone who reaches the port can run TensorFlow ops in

@@ -4,8 +4,9 @@ r"""Converts CIFAR-10 into TFRecord shards that Cifar10Input streams (data_forma
     python tools/prepare_cifar10.py --source=cifar-10-batches-py --out_dir=data/cifar10
 
 Sources: the python release (above) or the binary release from https://www.cs.toronto.edu/~kriz/cifar.html, or a
-JPEG copy (a .tar.gz of <split>/<class name>/*.jpg, or that tree unpacked). JPEGs are decoded with dct_method='INTEGER_ACCURATE' (bit-exact pixels). Each example stores
-the raw 32x32x3 uint8 pixels and the label; shards are written to a temporary folder and renamed when complete.
+JPEG copy (a .tar.gz of <split>/<class name>/*.jpg, or that tree unpacked). JPEGs are decoded with
+dct_method='INTEGER_ACCURATE' (bit-exact pixels). Each example stores the raw 32x32x3 uint8 pixels and the label;
+shards are written to a temporary folder and renamed when complete.
 An --out_dir holding anything but an earlier output of this tool is refused, and nothing in it is touched.
 """
 

@@ -55,8 +55,8 @@ def _StepSeconds(layers, inputs, batch_size, num_micro, schedule, batch_dim=0, r
 
 
 def SplitBackward(layer, batch_size, times, dtype=tf.float32, batch_dim=0):
-  """What splitting a backward into BACKWARD and WEIGHT (zero bubble) adds to it, as a fraction of the
-  backward: one cell of `layer` (a layer_times.Layer) stepped by zero bubble and by 1F1B at M=1.
+  """What splitting a backward into BACKWARD and WEIGHT (zero bubble) adds to it, as a fraction of
+  the backward: one cell of `layer` (a layer_times.Layer) stepped by zero bubble and by 1F1B at M=1.
   `times`: the model's layer_times.Times at `batch_size`, whose entry for the layer gives the
   backward's share of a step."""
   inputs = layer_times.RandomInputs(layer.input_shapes, dtype)
@@ -68,8 +68,8 @@ def SplitBackward(layer, batch_size, times, dtype=tf.float32, batch_dim=0):
 
 
 def PerAction(width=512, layers=4, batch=512):
-  """Seconds each cell call costs beyond the layers' times: a dense stack's 1F1B step at M=8 over M=1,
-  less the layers' own times at each micro-batch size, per extra call."""
+  """Seconds each cell call costs beyond the layers' times: a dense stack's 1F1B step at M=8 over
+  M=1, less the layers' own times at each micro-batch size, per extra call."""
   stack = [_Dense.Params().Set(name='l%d' % i, dim=width) for i in range(layers)]
   inputs = tf.random.normal([batch, width], seed=2)
   one, eight = (_StepSeconds(stack, inputs, batch, m, '1f1b') for m in (1, 8))

@@ -284,15 +284,17 @@ class PipeliningLayer(base_layer.BaseLayer):
 
     Args:
       inputs: the pipeline's inputs (a tensor or a NestedMap), batch along `batch_dim`.
-      loss_inputs: what loss_fn reads beside the outputs (e.g. labels), split along dimension 0 like the inputs.
-      loss_fn: loss_fn(outputs, loss_inputs) -> (loss, {name: (value, weight)}); runs on the last cell's device,
-        per micro-batch where the schedule needs it. The batch's loss weights each micro-batch's by
-        metrics['loss'][1] (1 when absent).
-      training: True or False; None takes the ambient `context.Training` (set by tasks and the trainer).
+      loss_inputs: what loss_fn reads beside the outputs (e.g. labels), split along dimension 0 like
+        the inputs.
+      loss_fn: loss_fn(outputs, loss_inputs) -> (loss, {name: (value, weight)}); runs on the last
+        cell's device, per micro-batch where the schedule needs it. The batch's loss weights each
+        micro-batch's by metrics['loss'][1] (1 when absent).
+      training: True or False; None takes the ambient `context.Training` (set by tasks and the
+        trainer).
 
     Returns:
-      (loss, {name: (value, weight)}), differentiable with a tape with respect to the layer's variables and the
-      watched inputs.
+      (loss, {name: (value, weight)}), differentiable with a tape with respect to the layer's
+      variables and the watched inputs.
     """
     with context.TrainingOrAmbient(training):
       if not context.IsTraining() or context.IsExporting():

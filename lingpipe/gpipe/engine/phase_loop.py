@@ -5,9 +5,9 @@ one `tf.while_loop` whose body is that pattern, with the micro-batch index a loo
 graph size and time to first step stay nearly flat in M. Ticks before the loop run unrolled and give
 every loop variable its value. A tick whose actions keep activations on a GradientTape is never
 looped: a tape cannot outlive a loop iteration. GPipe's forwards under remat 'never' keep them as
-data on a stack instead (step_facts.StepFacts.saves), and loop. Inside the loop a micro-batch index is a
-tensor: its inputs are gathered from the stacked micro-batches (`MicroBatches`), and the index a
-cell is called with is always a tensor (`Index`) so that every call shares one function.
+data on a stack instead (step_facts.StepFacts.saves), and loop. Inside the loop a micro-batch index
+is a tensor: its inputs are gathered from the stacked micro-batches (`MicroBatches`), and the index
+a cell is called with is always a tensor (`Index`) so that every call shares one function.
 """
 
 import contextlib

@@ -4,10 +4,10 @@ On TF 2.21 (docs/design.md): `tf.recompute_grad` inside a `tf.function` often sa
 because the executor may run every recomputation as soon as its inputs exist (i.e. during the
 forward pass) and run weight gradients late, so all recomputed activations are alive at once. Two
 control dependencies fix the order:
-  1. the recomputation waits for the gradient arriving from the next segment, so it runs in the backward pass,
-     one segment at a time;
-  2. the gradient sent to the previous segment waits for this segment's weight gradients, so this segment's
-     recomputed activations are freed before the previous segment starts re-computing.
+  1. the recomputation waits for the gradient arriving from the next segment, so it runs in the
+     backward pass, one segment at a time;
+  2. the gradient sent to the previous segment waits for this segment's weight gradients, so this
+     segment's recomputed activations are freed before the previous segment starts re-computing.
 
 `Backward` is the taped per-(cell, micro-batch) backward of the pipeline (its re-computing one,
 `AccumulatingBackward`, re-computes through cell_gradient.py with the same two dependencies);

@@ -36,8 +36,8 @@ def LastInFirstOut(plan, cell):
 
 def Pushed(plan, cell, loop=True):
   """The micro-batches whose activations `cell` keeps on its stack (executor.State.saved) in a plan
-  that saves them (step_facts.StepFacts.saves): those of its forwards in the forward pass's loop and of
-  its backwards in the backward pass's (phase_loop.Loops). The others are kept by micro-batch
+  that saves them (step_facts.StepFacts.saves): those of its forwards in the forward pass's loop and
+  of its backwards in the backward pass's (phase_loop.Loops). The others are kept by micro-batch
   (executor.Kept.saves): a push and a pop are two ops per tensor, about 90 tensors per micro-batch
   for a cell of 4 Transformer layers. As the kept activations are used last in, first out, so are
   those of any subset of them: each pop gets what its push put."""

@@ -6,18 +6,18 @@ idle time. Computing them as two tape gradients of the whole cell would do the w
 of the first layer needs the gradients of every later layer's activations, which dx computed
 already. So the split is made at the ops that read the weights:
 
-  - `Record` runs the cell's forward inline, in the caller's graph (a traced function call would hide its ops),
-    under one tape that records everything from the inputs and parameters, and one tape per parameter, which
-    records only what depends on that parameter. The parameter values are fresh tensors for this call, so the
-    ops that read them (their graph consumers: a MatMul, a Mul of a norm's scale, a Gather of an embedding) are
-    this micro-batch's.
-  - `InputGrads` asks the first tape, in one backward sweep, for the gradients of the inputs and of the outputs of
-    every op reading a parameter: the activation gradients dx needs anyway. Nothing asks for a weight gradient,
-    so the graph runtime prunes those ops from this sweep.
-  - `WeightGrads` then takes, for each parameter, the gradient of its reading op's outputs (given the gradients
-    the sweep found for them) on the parameter's own tape: the reading op's own weight gradient (e.g. x^T dy), no
-    activation gradients again. The own tape does not reach back through the op's other inputs, because they do
-    not depend on that parameter (it is read once).
+  - `Record` runs the cell's forward inline, in the caller's graph (a traced function call would
+    hide its ops), under one tape that records everything from the inputs and parameters, and one
+    tape per parameter, which records only what depends on that parameter. The parameter values are
+    fresh tensors for this call, so the ops that read them (their graph consumers: a MatMul, a Mul
+    of a norm's scale, a Gather of an embedding) are this micro-batch's.
+  - `InputGrads` asks the first tape, in one backward sweep, for the gradients of the inputs and of
+    the outputs of every op reading a parameter: the activation gradients dx needs anyway. Nothing
+    asks for a weight gradient, so the graph runtime prunes those ops from this sweep.
+  - `WeightGrads` then takes, for each parameter, the gradient of its reading op's outputs (given
+    the gradients the sweep found for them) on the parameter's own tape: the reading op's own weight
+    gradient (e.g. x^T dy), no activation gradients again. The own tape does not reach back through
+    the op's other inputs, because they do not depend on that parameter (it is read once).
 
 A parameter read by more than one op (a weight shared inside the cell) gets its gradient from the
 first sweep instead, which is exact too, only not deferred. Needs graph mode (`tf.function`), where

@@ -2,14 +2,16 @@
 
 `FPropWithLoss` is the one entry (PipeliningLayer.FPropWithLoss calls it in training). What it runs
 depends on the schedule's plan:
-- A fill-drain plan (GPipe) has a forward phase and a backward phase. `TrainFProp` is one custom gradient whose
-  forward runs the forward phase (PipeliningLayer.Forward) and whose gradient runs the backward phase; the loss
-  runs after it on the whole batch's outputs, on the last cell's device (`LossOnDevice`).
-- A plan that interleaves forwards and backwards (schedule.NEEDS_LOSS: 1F1B, interleaved 1F1B, zero bubble)
-  starts micro-batch m's backward as soon as its forward has produced its loss, before later micro-batches'
-  forwards, so the loss cannot wait for the whole batch. `_Interleaved` runs the whole plan (forwards, the
-  per-micro-batch losses, backwards, the weight-gradient sums on each cell's device) inside the forward of one
-  custom gradient, and its gradient only scales the gradients it already has by the incoming gradient of the loss.
+- A fill-drain plan (GPipe) has a forward phase and a backward phase. `TrainFProp` is one custom
+  gradient whose forward runs the forward phase (PipeliningLayer.Forward) and whose gradient runs
+  the backward phase; the loss runs after it on the whole batch's outputs, on the last cell's device
+  (`LossOnDevice`).
+- A plan that interleaves forwards and backwards (schedule.NEEDS_LOSS: 1F1B, interleaved 1F1B, zero
+  bubble) starts micro-batch m's backward as soon as its forward has produced its loss, before later
+  micro-batches' forwards, so the loss cannot wait for the whole batch. `_Interleaved` runs the
+  whole plan (forwards, the per-micro-batch losses, backwards, the weight-gradient sums on each
+  cell's device) inside the forward of one custom gradient, and its gradient only scales the
+  gradients it already has by the incoming gradient of the loss.
 To the caller both are a function (inputs, variables) -> (loss, metrics) with the usual gradients,
 so a task's tape-based training step is the same for every schedule.
 
@@ -56,8 +58,8 @@ def TrainFProp(layer, inputs):
   gradient whose forward runs the plan's forward phase and whose gradient runs its backward phase
   (executor.py)."""
   if layer.num_cells == 1 and layer.NumMicroBatches(inputs) == 1:
-    # Nothing to pipeline, and re-computing the one task would hold the same activations, only later: the plain
-    # model, at plain speed, whatever the remat policy.
+    # Nothing to pipeline, and re-computing the one task would hold the same activations, only
+    # later: the plain model, at plain speed, whatever the remat policy.
     with tf.device(layer.ReplicaDevices(layer.Replica())[0]):
       return layer.RunCell(0, inputs)
   p = layer.params

@@ -172,8 +172,9 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
       MeasureSize(size)
       spent += took[size]
     times = Times
-    # The devices' concurrency and the cost of a split backward, with the model's heaviest layer at a
-    # micro-batch's size (one already traced). The split is measured only where zero bubble may be chosen.
+    # The devices' concurrency and the cost of a split backward, with the model's heaviest layer at
+    # a micro-batch's size (one already traced). The split is measured only where zero bubble may be
+    # chosen.
     size = anchors[len(anchors) // 2]
     heaviest = layer_times.Heaviest(layer_params, input_shapes, Times(size), dtype, batch_dim)
     unit = layer_times.RunsOnDevice(heaviest, dtype, batch_dim, built)

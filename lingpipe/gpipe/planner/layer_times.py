@@ -165,8 +165,8 @@ def Heaviest(layer_params, input_shapes, times, dtype=tf.float32, batch_dim=0) -
 
 def RunsOnDevice(layer, dtype=tf.float32, batch_dim=0, built=None):
   """A function of a device name that runs, on that device, the forward and backward of `layer` (a
-  Layer, e.g. Heaviest's, measured with the same `built`) at its input shapes: a unit of this model's
-  own work."""
+  Layer, e.g. Heaviest's, measured with the same `built`) at its input shapes: a unit of this
+  model's own work."""
   dtype = tf.as_dtype(dtype)
   built = {} if built is None else built
   timed = _Built(built, layer.params, _Text(layer.params, layer.index), layer.input_shapes, batch_dim, dtype)
