@@ -18,11 +18,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_CHILDREN = []  # Every trainer this tool started: stopped when the tool ends, however it ends.
 
 _PLAIN = "task.network.num_splits=1;task.network.num_micro_batches=1;task.network.remat='never'"
 
@@ -59,7 +62,23 @@ def _Trainer(model, logdir, override, core, mode='train', max_steps=None, log_pa
     process = subprocess.Popen(  # pylint: disable=R1732
         command, stdout=log, stderr=subprocess.STDOUT, text=True, cwd=_ROOT)
   process.log_path = log_path
+  _CHILDREN.append(process)
   return process
+
+
+def StopChildren(children=None, grace_s=60):
+  """Stops the trainers still running (SIGTERM: each saves a checkpoint and exits; SIGKILL after `grace_s`), so
+  that stopping the tool does not leave them training on their cores. Returns the number stopped."""
+  running = [p for p in (_CHILDREN if children is None else children) if p.poll() is None]
+  for process in running:
+    process.terminate()
+  for process in running:
+    try:
+      process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+      process.kill()
+      process.wait()
+  return len(running)
 
 
 def _Wait(processes, what):
@@ -162,9 +181,19 @@ def main(argv=None):
   import benchmark_page  # pylint: disable=g-import-not-at-top
   from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
   print('CPU: %s' % cpu_kernels.DescribeCpu(), flush=True)
+  if args.dtype == 'bfloat16' and not cpu_kernels.OneDnnRunsBfloat16():
+    print('Note: this CPU has no bfloat16 matrix units; bfloat16 convolutions and matmuls run without them, so '
+          'each run trains few steps in its time. --dtype=float32 may suit this machine better.', flush=True)
+  # SIGTERM (a job scheduler, `kill`) ends the tool through the `finally` below, like Ctrl-C.
+  signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
   commit = benchmark_page.Commit()  # The runs start now; the code may change before the table is written.
-  with benchmark_page.Recording() as recording:
-    Run(args)
+  try:
+    with benchmark_page.Recording() as recording:
+      Run(args)
+  finally:
+    stopped = StopChildren()
+    if stopped:
+      print('Stopped %d trainer(s) still running; their logs and checkpoints are in %s.' % (stopped, args.logdir))
   if args.write_docs:
     benchmark_page.Write('Accuracy at equal training time', recording.Text(), cpu_kernels.DescribeCpu(),
                          commit=commit)
