@@ -25,18 +25,20 @@ _SCRIPT = textwrap.dedent("""
 
 
 def _Alive(pid):
+  """Whether `pid` runs (a zombie, exited but not yet reaped, does not)."""
   try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
+    with open('/proc/%d/stat' % pid, encoding='utf-8') as f:
+      return f.read().split(')')[-1].split()[0] != 'Z'
+  except FileNotFoundError:
     return False
-  with open('/proc/%d/stat' % pid, encoding='utf-8') as f:
-    return f.read().split(')')[-1].split()[0] != 'Z'
 
 
-def test_sigterm_stops_the_trainers_it_started(tmp_path):
-  env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, 'benchmarks'))
+def test_sigterm_stops_the_trainers_it_started():
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [os.path.join(ROOT, 'benchmarks')] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))
   tool = subprocess.Popen([sys.executable, '-c', _SCRIPT], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
+  child = None
   try:
     line = ''
     while not line.startswith('child'):
@@ -46,9 +48,12 @@ def test_sigterm_stops_the_trainers_it_started(tmp_path):
     assert _Alive(child)
     tool.send_signal(signal.SIGTERM)
     rest = tool.communicate(timeout=90)[0]
+    child_survived = _Alive(child)
   finally:
     if tool.poll() is None:
       tool.kill()
+    if child and _Alive(child):  # The test failed: leave no sleeper behind.
+      os.kill(child, signal.SIGKILL)
   assert tool.returncode == 128 + signal.SIGTERM, rest
   assert 'Stopped 1 trainer(s) still running' in rest, rest
-  assert not _Alive(child)
+  assert not child_survived
