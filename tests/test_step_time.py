@@ -69,7 +69,9 @@ def test_the_terms_are_measured_here_with_the_models_own_layer():
                             lambda: (call_costs.SplitBackward(heaviest, 64, times), call_costs.PerAction()))
   assert len(terms.concurrency) == len(devices) and terms.concurrency[0] == pytest.approx(1.0)
   assert all(0 < c <= 2 * len(devices) for c in terms.concurrency)
-  assert 0 <= terms.split_backward < 5 and 0 <= terms.per_action < 1
+  # Bounds a loaded machine cannot break: with the backward at least a third of the step, the split
+  # costs 3 x (split step / 1F1B step - 1) backwards, each step the best of several timings.
+  assert 0 <= terms.split_backward < 50 and 0 <= terms.per_action < 1
   assert 'a cell call' in step_time.Describe(terms)
 
 
@@ -101,3 +103,6 @@ def test_a_split_backwards_cost_is_a_fraction_of_the_backward_not_of_the_step(mo
   layer = layer_times.Layer(util.Tanh(2, 16)[1], tf.TensorShape([8, 16]), 1)
   times = layer_times.Times(8, (5.0, 1.0), (9.0, 2.0))  # the second layer's entry counts
   assert call_costs.SplitBackward(layer, 8, times) == pytest.approx(0.5)
+  # A backward timed at 0 (noise on a loaded machine) counts as a third of the step, not as nothing.
+  unmeasured = layer_times.Times(8, (5.0, 1.0), (9.0, 0.0))
+  assert call_costs.SplitBackward(layer, 8, unmeasured) == pytest.approx(1.0 / (3.0 * call_costs.MIN_BACKWARD_SHARE))

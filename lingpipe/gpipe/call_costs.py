@@ -54,6 +54,9 @@ def _StepSeconds(layers, inputs, batch_size, num_micro, schedule, batch_dim=0, r
   return layer_times.Best(Run, repeats)
 
 
+MIN_BACKWARD_SHARE = 1 / 3  # The least share of a step SplitBackward takes a backward's to be.
+
+
 def SplitBackward(layer, batch_size, times, dtype=tf.float32, batch_dim=0):
   """What splitting a backward into BACKWARD and WEIGHT (zero bubble) adds to it, as a fraction of
   the backward: one cell of `layer` (a layer_times.Layer) stepped by zero bubble and by 1F1B at M=1.
@@ -63,8 +66,11 @@ def SplitBackward(layer, batch_size, times, dtype=tf.float32, batch_dim=0):
   one = _StepSeconds([layer.params], inputs, batch_size, 1, '1f1b', batch_dim)
   split = _StepSeconds([layer.params], inputs, batch_size, 1, 'zero_bubble', batch_dim)
   forward, backward = times.forward[layer.index], times.backward[layer.index]
-  # The steps' difference is the backward's extra; the backward is its share of the 1F1B step.
-  return max(0.0, (split - one) / max(one * backward / max(forward + backward, 1e-9), 1e-9))
+  # The steps' difference is the backward's extra; the backward is its share of the 1F1B step. A
+  # backward computes about two products per forward one, so a share under a third is a timing's
+  # noise (a backward timed at 0 would make the split cost without bound).
+  share = max(backward / (forward + backward) if forward + backward > 0 else 0.0, MIN_BACKWARD_SHARE)
+  return max(0.0, (split - one) / (one * share))
 
 
 def PerAction(width=512, layers=4, batch=512):
