@@ -31,7 +31,6 @@ if __name__ == '__main__':
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from lingpipe.core import context  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -57,13 +56,6 @@ def _Args(argv):
   return parser.parse_args(argv)
 
 
-def _Loss(outputs, unused_targets):
-  x = tf.cast(outputs.x if isinstance(outputs, dict) else outputs, tf.float32)
-  rows = tf.cast(tf.shape(x)[0], tf.float32)
-  loss = tf.reduce_sum(tf.square(x)) / rows
-  return loss, {'loss': (loss, rows)}
-
-
 _BUILT = [0]
 
 
@@ -73,13 +65,7 @@ def _Time(workload, fields, steps):
   _BUILT[0] += 1
   pipe = pipelining_layer.PipeliningLayer.Params().Set(
       name='grid%d' % _BUILT[0], layers=[p.Copy() for p in workload.layers], **fields).Instantiate()
-  targets = tf.nest.flatten(workload.inputs)[0]
-
-  @tf.function(autograph=False)
-  def Step(inputs):
-    with tf.GradientTape() as tape, context.Training(True):
-      loss, _ = pipe.FPropWithLoss(inputs, targets, _Loss)
-    return loss, tape.gradient(loss, pipe.trainable_variables)
+  Step = workloads.TrainStep(pipe, tf.nest.flatten(workload.inputs)[0])  # pylint: disable=invalid-name
 
   def Once():
     start = time.perf_counter()

@@ -66,10 +66,10 @@ def _Trainer(model, logdir, override, core, mode='train', max_steps=None, log_pa
   return process
 
 
-def StopChildren(children=None, grace_s=60):
+def StopChildren(grace_s=60):
   """Stops the trainers still running (SIGTERM: each saves a checkpoint and exits; SIGKILL after `grace_s`), so
   that stopping the tool does not leave them training on their cores. Returns the number stopped."""
-  running = [p for p in (_CHILDREN if children is None else children) if p.poll() is None]
+  running = [p for p in _CHILDREN if p.poll() is None]
   for process in running:
     process.terminate()
   for process in running:

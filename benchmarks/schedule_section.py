@@ -13,21 +13,14 @@ import statistics
 
 import tensorflow as tf
 
-from lingpipe.core import context
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe.planner import memory_plan
 from lingpipe.gpipe.planner import partition
 
+import workloads  # pylint: disable=g-import-not-at-top
+
 _NAMES = itertools.count()
-
-
-def _SquaredOutputs(outputs, unused_targets):
-  """A loss for any workload (its outputs' squared sum per example), with a per-example weight (FPropWithLoss)."""
-  x = tf.cast(outputs.x if isinstance(outputs, dict) else outputs, tf.float32)
-  rows = tf.cast(tf.shape(x)[0], x.dtype)
-  loss = tf.reduce_sum(tf.square(x)) / rows
-  return loss, {'loss': (loss, rows)}
 
 
 def _Pipeline(model, k, m, remat, name, virtual_stages):
@@ -53,13 +46,7 @@ def Run(bench, model, k, m, steps, virtual_stages=2):
   for remat in ('never', 'always'):
     for name in schedule_lib.SCHEDULES:
       pipe, v = _Pipeline(model, k, m, remat, name, virtual_stages)
-
-      @tf.function(autograph=False)
-      def Step(inputs, pipe=pipe):
-        with tf.GradientTape() as tape, context.Training(True):
-          loss, _ = pipe.FPropWithLoss(inputs, targets, _SquaredOutputs)
-        return loss, tape.gradient(loss, pipe.trainable_variables)
-
+      Step = workloads.TrainStep(pipe, targets)  # pylint: disable=invalid-name
       Step(model.inputs)
       Step(model.inputs)  # Warm-up.
       step_s = statistics.median(bench.TimedStep(Step, model.inputs) for _ in range(steps))

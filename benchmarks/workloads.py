@@ -1,5 +1,6 @@
-"""Benchmark workloads shared by the benchmark and timeline tools (a stack of layers and a batch for it), and the
-decomposition of a pipeline's speed-up that both benchmarks report.
+"""Benchmark workloads shared by the benchmark and timeline tools (a stack of layers and a batch for it), the
+training step through FPropWithLoss they time, and the decomposition of a pipeline's speed-up that both benchmarks
+report.
 
   dense        --layers ReLU layers of --width and a 10-way output layer (issue 15's workload A: 8 x 1024, batch 1024)
   transformer  Table 1's Transformer stack T(--layers, --hidden_dim, --heads), depth --model_dim, --batch x
@@ -145,6 +146,27 @@ def InDtype(workload, dtype):
     return workload
   return Workload('%s, %s' % (workload.name, dtype.name), [p.Copy().Set(fprop_dtype=dtype) for p in workload.layers],
                   base_layer.ToDtype(workload.inputs, dtype))
+
+
+def TrainStep(pipe, targets):
+  """A tf.function inputs -> (loss, gradients of `pipe`'s variables): a step of PipeliningLayer `pipe` through
+  FPropWithLoss (the trainer's path for every schedule), the loss its outputs' squared sum per example."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.core import context  # pylint: disable=g-import-not-at-top
+
+  def SquaredOutputs(outputs, unused_targets):
+    x = tf.cast(outputs.x if isinstance(outputs, dict) else outputs, tf.float32)
+    rows = tf.cast(tf.shape(x)[0], tf.float32)
+    loss = tf.reduce_sum(tf.square(x)) / rows
+    return loss, {'loss': (loss, rows)}
+
+  @tf.function(autograph=False)
+  def Step(inputs):
+    with tf.GradientTape() as tape, context.Training(True):
+      loss, _ = pipe.FPropWithLoss(inputs, targets, SquaredOutputs)
+    return loss, tape.gradient(loss, pipe.trainable_variables)
+
+  return Step
 
 
 def _Make(workload, **sizes):

@@ -176,10 +176,11 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
     # a micro-batch's size (one already traced). The split is measured only where zero bubble may be
     # chosen.
     size = anchors[len(anchors) // 2]
-    heaviest = layer_times.Heaviest(layer_params, input_shapes, Times(size), dtype, batch_dim)
+    times_at_size = Times(size)
+    heaviest = layer_times.Heaviest(layer_params, input_shapes, times_at_size, dtype, batch_dim)
     unit = layer_times.RunsOnDevice(heaviest, dtype, batch_dim, built)
     splits = (fixed or {}).get('schedule', 'zero_bubble') == 'zero_bubble'
-    call_terms = lambda: (call_costs.SplitBackward(heaviest, size, Times(size), dtype, batch_dim) if splits else 0.0,
+    call_terms = lambda: (call_costs.SplitBackward(heaviest, size, times_at_size, dtype, batch_dim) if splits else 0.0,
                           call_costs.PerAction())
     terms = step_time.Measure(unit, _LocalDevices(num_devices), call_terms)
     plain = sum(Times(batch).forward) + sum(Times(batch).backward) + 2 * terms.per_action
