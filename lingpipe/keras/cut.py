@@ -41,7 +41,9 @@ def Units(model, cut_at=None):
     if cut_at:
       raise errors.ConfigError('lingpipe.keras.Pipeline: cut_at applies to a functional model; a list of layers '
                                'is cut between any two layers.')
-    return [(layer, None) for layer in model]
+    units = [(layer, None) for layer in model]
+    _RefuseSharedWeights(units, lambda i, j: 'entries %d and %d of the list of layers' % (i, j), None)
+    return units
   if isinstance(model, keras.Sequential):
     if cut_at:
       raise errors.ConfigError('lingpipe.keras.Pipeline: cut_at applies to a functional model; a Sequential is '
@@ -55,6 +57,7 @@ def Units(model, cut_at=None):
       units.append((layer, shape))
       # compute_output_spec, not compute_output_shape, which custom layers often leave out.
       shape = tuple(layer.compute_output_spec(keras.KerasTensor(shape)).shape) if shape is not None else None
+    _RefuseSharedWeights(units, lambda i, j: 'layers %d and %d of Sequential %r' % (i, j, model.name), None)
     return units
   if IsFunctional(model):
     return _FunctionalUnits(model, cut_at)
@@ -130,4 +133,57 @@ def _FunctionalUnits(model, cut_at):
     shape = {k: t.shape for k, t in start.items()} if isinstance(start, dict) else start.shape
     units.append((unit, shape))
     start = end
+
+  def Where(i, j):
+    cuts = [c if isinstance(c, str) else '+'.join(c) for c in cut_at[i:j]]
+    return 'pieces %d and %d of model %r (on both sides of the cut at %s)' % (i, j, model.name, ', '.join(cuts))
+
+  _RefuseSharedWeights(units, Where, narrow)
   return units
+
+
+def _OwnedWeights(unit):
+  """{id of a weight, or of a layer not built yet: name of the layer in `unit` that holds it}; a piece of a
+  functional model names its layers."""
+  layers = [l for l in unit.layers if not isinstance(l, keras.layers.InputLayer)] if IsFunctional(unit) else [unit]
+  owned = {id(layer): layer.name for layer in layers if not layer.built}  # Its weights come when it is built.
+  owned.update({id(w): layer.name for layer in layers for w in layer.weights})
+  return owned
+
+
+def _RefuseSharedWeights(units, where, narrow):
+  """A ConfigError when two units hold one weight (a layer called on both sides of a cut, or listed twice).
+
+  Each unit becomes a KerasLayer that trains its own copy of its weights on its cell's device (keras_layer.py), so
+  a weight held by two units would silently become two weights that train apart: refused, naming the layer.
+  """
+  first_unit = {}  # id(weight) -> (unit index, layer name)
+  for j, (unit, _) in enumerate(units):
+    for weight, name in _OwnedWeights(unit).items():
+      i, first_name = first_unit.setdefault(weight, (j, name))
+      if i == j:
+        continue
+      layer = first_name if first_name == name else '%s (as %s)' % (first_name, name)
+      if narrow is None:
+        fix = 'Give each entry a layer object of its own, or wrap the entries that share it in one layer.'
+      elif narrow:
+        fix = 'Cut where every call of it falls on one side (the model narrows after: %s).' % ', '.join(narrow)
+      else:
+        fix = 'No cut of this model keeps every call on one side: train it with num_splits=1.'
+      raise errors.ConfigError(
+          "lingpipe.keras.Pipeline: layer %r is used in %s; the pipeline trains a copy of each piece's weights on "
+          "its cell's device, so the shared weights would be untied and train apart. %s" % (layer, where(i, j), fix))
+
+
+def CheckEnoughUnits(model, units, num_splits):
+  """A ConfigError naming why a functional model cut where it narrows gives fewer pieces than `num_splits`."""
+  if not IsFunctional(model) or not isinstance(num_splits, int) or num_splits <= len(units):
+    return
+  narrow = NarrowPoints(model)
+  shared = sorted({op.name for op in model.operations if len(_OwnNodes(model, op)) > 1 and op.weights})
+  raise errors.ConfigError(
+      'lingpipe.keras.Pipeline: num_splits=%d, and functional model %r cuts into %d piece(s): it narrows to one '
+      'tensor after %s.%s Use num_splits=%d%s, or name cuts with cut_at.' % (
+          num_splits, model.name, len(units), ', '.join(narrow) or 'no layer',
+          ' A shared layer (%s) keeps every layer between its calls in one piece.' % ', '.join(shared)
+          if shared else '', len(units), ' or fewer' if len(units) > 1 else ''))

@@ -69,6 +69,8 @@ class Pipeline(keras.Model):
       input_names = [t.name for t in model.inputs]
     self._input_names = input_names
     units = cut.Units(model, cut_at)
+    if cut_at is None:
+      cut.CheckEnoughUnits(model, units, num_splits)
     if input_shape is not None and units[0][1] is None:  # The model's own input shape wins.
       units[0] = (units[0][0], input_shape)
     shapes = _Shapes(units)  # Each unit's input shape, and the last one's output shape.
