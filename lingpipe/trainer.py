@@ -14,6 +14,8 @@ Errors in what the user gave (unknown model, bad override, unusable checkpoint, 
 exit with status 1; --verbose adds the traceback and TensorFlow's own log lines.
 """
 
+import os
+import sys
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
@@ -67,6 +69,7 @@ flags.DEFINE_enum('pipeline', None, ['auto'], "auto: the trainer chooses each pi
 flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors and TensorFlow\'s own log lines.')
 
 FLAGS = flags.FLAGS
+_PATH_FLAGS = ('logdir', 'model_params_file_override', 'checkpoint_path', 'export_dir')
 
 
 def Run(argv=None, out=None):
@@ -85,9 +88,12 @@ def Run(argv=None, out=None):
   from lingpipe.runners import profiler  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import train_loop  # pylint: disable=g-import-not-at-top
 
+  for name in _PATH_FLAGS:  # `--logdir=~/run`: the shell expands no ~ after '=', so the path would start '~'.
+    if FLAGS[name].value:
+      FLAGS[name].value = os.path.expanduser(FLAGS[name].value)
   if FLAGS.memory_limit:  # Applied before TensorFlow loaded (binary.py); a bad value is one line here.
     from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
-    byte_sizes.Parse(FLAGS.memory_limit, '--memory_limit')
+    byte_sizes.ParseBudget(FLAGS.memory_limit, '--memory_limit')  # The trainer process's, in this machine.
   if FLAGS.mode == 'list':
     for key in sorted(model_registry.GetAllRegisteredModels()):
       print(key, file=out)
@@ -114,9 +120,10 @@ def Run(argv=None, out=None):
     if FLAGS.termination_grace_s <= 0:
       raise errors.ConfigError('--termination_grace_s=%g: expected a number of seconds > 0.' %
                                FLAGS.termination_grace_s)
+    mesh = SetUpCluster(p)  # Before the lock: a refused cluster leaves the logdir untouched.
     with logdir_lock.LogdirLock(FLAGS.logdir, out=out):  # One writer per logdir (logdir_lock.py).
       checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)  # Again, now that no one else writes there.
-      with cluster.Use(SetUpCluster(p)):
+      with cluster.Use(mesh):
         loop = train_loop.TrainLoop(p, FLAGS.logdir, out=out, termination_grace_s=FLAGS.termination_grace_s)
         try:
           return loop.Run()
@@ -150,7 +157,7 @@ def ChoosePipeline(p, out=None):
     recorded = checkpointer.RecordedParamsText(FLAGS.logdir)
   remote = None  # Export builds a local single-device graph.
   if FLAGS.mode != 'export':
-    remote = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job)[0]
+    remote = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)[0]
   if remote is not None and not pipeline_choice.ReusesRecorded(p, recorded):
     raise errors.ConfigError("--pipeline=auto (or a pipeline field set to 'auto') chooses among this process's "
                              'local devices; on a cluster, set the fields (tools/plan_pipeline.py --devices=<workers> '
@@ -175,15 +182,12 @@ def SetUpCluster(p):
   num_splits = cluster.MaxNumSplits(p)
   if FLAGS.mode != 'export':  # Export builds a local single-device graph.
     from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
-    spec, own_task = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job)
+    spec, own_task = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)
     if spec is not None:
       return remote.Connect(spec, p.cluster, num_splits, own_task)
   if FLAGS.task is not None and not FLAGS.cluster_spec:
     raise errors.ConfigError('--task=%d needs --cluster_spec.' % FLAGS.task)
   needed = p.cluster.num_replicas * max(1, num_splits)
-  if FLAGS.mode == 'train' and p.task.train.init_from_checkpoint:  # The source model's pipelines need theirs.
-    from lingpipe.runners import init_from_checkpoint  # pylint: disable=g-import-not-at-top
-    needed = max(needed, init_from_checkpoint.DevicesNeeded(p.task.train.init_from_checkpoint))
   num_devices = FLAGS.pipeline_devices if FLAGS.pipeline_devices is not None else needed
   if num_devices > 1:
     cluster.ConfigureLocalDevices(num_devices)
@@ -202,7 +206,14 @@ def main(argv):
 def Main():
   """Console-script entry point."""
   binary.StartProcess(__doc__, __name__)
-  app.run(lambda argv: binary.Exit(main(argv)))
+
+  def Run(argv):
+    status = main(argv)
+    if 'lingpipe.distributed.worker_lease' in sys.modules:  # It held workers: they may restart now.
+      sys.modules['lingpipe.distributed.worker_lease'].ReleaseAll()
+    binary.Exit(status)
+
+  app.run(Run)
 
 
 if __name__ == '__main__':

@@ -6,7 +6,10 @@ r"""lingpipe-worker: one task of a cluster, serving its devices to a lingpipe tr
 It starts a `tf.distribute.Server` for (job, task) at that task's address, publishes its identity (the cluster spec,
 job and task it was started with) so the trainer can refuse a worker of another cluster
 (lingpipe/distributed/remote.py), prints one 'ready' line, and serves until SIGTERM or SIGINT, on which it exits
-with status 0. Mistakes (a task not in the spec, a port in use) print one line and exit with status 1.
+with status 0. Mistakes (a task not in the spec, a port in use) print one line and exit with status 1. It serves
+one trainer at a time, which holds a lease on it; once that trainer is gone (ended, killed, or silent for 30 s), the
+worker re-executes itself, same pid, so that nothing the trainer made stays in its memory
+(lingpipe/distributed/worker_lease.py), and says so in its log.
 
 Security: TensorFlow's gRPC server listens on every interface (0.0.0.0:PORT, whatever host the spec names; TF 2.21
 has no option to bind one address) and authenticates nobody: anyone who reaches the port can run TensorFlow ops in
@@ -47,6 +50,7 @@ def Serve(stop_event=None, out=sys.stdout):
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import worker_lease  # pylint: disable=g-import-not-at-top
   job_given = FLAGS['job'].present or FLAGS.job != 'worker'  # 'worker' is the default; TF_CONFIG may say more.
   spec, job, task = tf_config.Resolve(FLAGS.cluster_spec, FLAGS.job if job_given else None, FLAGS.task)
   if spec is None or task is None:
@@ -54,8 +58,9 @@ def Serve(stop_event=None, out=sys.stdout):
                              '127.0.0.1:2222,127.0.0.1:2223 --task=0).')
   job = job or 'worker'
   if job in tf_config.SERVERLESS_JOBS:
-    raise errors.ConfigError('TF_CONFIG names this task %s:%d, which runs lingpipe-train (the chief) or reads '
-                             'checkpoints (an evaluator), not lingpipe-worker.' % (job, task))
+    raise errors.ConfigError('TF_CONFIG names this task %s:%s, which runs %s, not lingpipe-worker.' % (
+        job, task, 'lingpipe-train (it trains as the chief)' if job == 'chief' else
+        'lingpipe-train --mode=eval (%s)' % tf_config.EVALUATOR_ADVICE))
   FLAGS.job, FLAGS.task = job, task
   remote.CheckTask(spec, FLAGS.job, FLAGS.task)
   if FLAGS.cpu_devices < 1:
@@ -80,10 +85,51 @@ def Serve(stop_event=None, out=sys.stdout):
   print('lingpipe-worker: note: TensorFlow listens on every interface (*:%s) without authentication; keep this '
         'port on a private network (see lingpipe-worker --help).' % address.rsplit(':', 1)[-1], file=sys.stderr,
         flush=True)
+  worker_lease.Ready(address)
+  gone = []  # Why the trainer is gone, once the lease's watcher says so (it then sets stop_event).
+  config = tf.compat.v1.ConfigProto(device_filters=[remote.TaskName(FLAGS.job, FLAGS.task)],
+                                    operation_timeout_in_ms=int(worker_lease.BEAT_S * 5000))
+  session = tf.compat.v1.Session(server.target, config=config)
+  lease = worker_lease.Watcher(session, remote.TaskName(FLAGS.job, FLAGS.task))
+
+  def Watch():  # On its own thread: a signal stops the worker at once, whatever a read of the lease waits for.
+    while not stop_event.wait(worker_lease.BEAT_S):
+      try:
+        why = lease.Due()
+      except tf.errors.OpError:
+        continue
+      if why:
+        gone.append(why)
+        stop_event.set()
+
+  threading.Thread(target=Watch, daemon=True).start()
   while not stop_event.wait(0.5):  # Wakes up to let Python run the signal handlers.
     pass
+  if gone and not _SIGNALLED:  # A signal stops the worker, even as its trainer goes.
+    print('lingpipe-worker %s: its trainer is gone (%s); restarting to release what it held.' % (
+        remote.TaskName(FLAGS.job, FLAGS.task), gone[0]), file=out, flush=True)
+    _RESTART.append(address)
+    return server
   print('lingpipe-worker %s stopping' % remote.TaskName(FLAGS.job, FLAGS.task), file=out, flush=True)
   return server
+
+
+_RESTART = []  # The worker's address once Serve returned to restart (its trainer is gone).
+_SIGNALLED = []  # [True] once SIGTERM or SIGINT came.
+
+
+def _ReExecute(address):
+  """Replaces this process by a fresh lingpipe-worker with the same command line, pid, cgroup and guard: all that
+  a gone trainer made here is released with the old process image (worker_lease.py)."""
+  from lingpipe import native_log  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import worker_lease  # pylint: disable=g-import-not-at-top
+  worker_lease.MarkRestarting(address)
+  memory_budget.KeepAcrossExec()
+  sys.stdout.flush()
+  native_log.Close()  # fd 2 back on the log: its filter thread ends with this image.
+  sys.stderr.flush()
+  os.execv(sys.executable, [sys.executable, '-m', 'lingpipe.worker'] + sys.argv[1:])
 
 
 def _MemoryBudget(config, name):
@@ -100,7 +146,7 @@ def _MemoryBudget(config, name):
       config.gpu_options.experimental.virtual_devices.add(memory_limit_mb=[limit // 2**20])
     return memory_cgroup.Budget(limit, '--memory_limit', "TensorFlow's per-GPU memory_limit")
   if FLAGS.memory_limit:
-    byte_sizes.Parse(FLAGS.memory_limit, '--memory_limit')  # A bad value is one line.
+    byte_sizes.ParseBudget(FLAGS.memory_limit, '--memory_limit')  # A bad or impossible value is one line.
   budget = memory_budget.Current()  # Applied before TensorFlow loaded (binary.py), where this process is a binary.
   memory_budget.Tell(name='lingpipe-worker %s' % name)
   return budget
@@ -115,7 +161,7 @@ def main(argv):
   memory_stats.EnableAllocatorStats()  # Before the server starts TensorFlow (memory_stats.py).
   stop = threading.Event()
   for sig in (signal.SIGTERM, signal.SIGINT):
-    signal.signal(sig, lambda *unused: stop.set())
+    signal.signal(sig, lambda *unused: (_SIGNALLED.append(True), stop.set()))
   return binary.RunUserErrorsAsOneLine('lingpipe-worker', lambda: Serve(stop), FLAGS.verbose)
 
 
@@ -125,6 +171,8 @@ def Main():
 
   def Run(argv):
     code = main(argv)
+    if code == 0 and _RESTART:
+      _ReExecute(_RESTART[0])
     sys.stdout.flush()
     native_log.Close()  # os._exit skips atexit, where the filter would write what it kept.
     sys.stderr.flush()

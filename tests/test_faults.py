@@ -198,6 +198,31 @@ def test_a_full_disk_is_one_line_with_the_space_needed_and_a_rerun_resumes(tmp_p
   assert second.startswith('0\n') and 'Resumed from %s/ckpt-40 at step 40.' % train_dir in result.stdout
 
 
+_NO_BYTE_FREE = '''
+set -u
+mount -t tmpfs -o size=4m tmpfs "$1"
+dd if=/dev/zero of="$1/filler" bs=1M count=16 2>/dev/null
+%s --model=synthetic.Mlp --logdir="$1/run" --max_steps=10; echo "rc=$?"
+echo "left:" $(ls -A "$1/run/train") ":end"
+''' % ' '.join(TRAINER)
+
+
+def test_a_disk_with_no_byte_free_is_one_line_from_the_summaries_too(tmp_path):
+  """The events writer fails before any checkpoint (it raised a 40-line ResourceExhaustedError)."""
+  if not shutil.which('unshare') or subprocess.run(['unshare', '-rm', 'true'], capture_output=True).returncode:
+    pytest.skip('no mount namespace here (unshare -rm)')
+  mount_point = tmp_path / 'full'
+  mount_point.mkdir()
+  result = subprocess.run(['unshare', '-rm', 'sh', '-c', _NO_BYTE_FREE, 'sh', str(mount_point)], capture_output=True,
+                          text=True, timeout=300)
+  assert 'rc=1' in result.stdout, result.stdout + result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert lines == ['lingpipe-train: error: No space left on device writing the training summaries in %s/run/train '
+                   '(0 B free on its filesystem). Nothing was lost; free space and rerun: no checkpoint was written '
+                   'yet: the same command starts from step 0.' % mount_point], result.stderr
+  assert 'left: :end' in result.stdout, result.stdout  # No empty events file.
+
+
 def test_balance_memory_works_in_a_fresh_trainer_with_no_tf_variables(tmp_path):
   env = {k: v for k, v in os.environ.items() if not k.startswith('TF_')}
   env['TF_ENABLE_ONEDNN_OPTS'] = '0'  # As on CPUs where oneDNN is off by default: no allocator statistics unasked.

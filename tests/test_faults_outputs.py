@@ -285,3 +285,27 @@ def test_a_redecode_is_refused_when_the_earlier_decode_holds_what_a_decode_does_
                        r'there \(%s\); nothing was written or deleted\.' % (re.escape(str(step_dir)), planted)):
       decoder.CheckStepDir(str(step_dir))
     (os.rmdir if os.path.isdir(path) else os.remove)(path)
+
+
+_EXPORT_TO_MOUNT = '''
+set -u
+mount -t tmpfs -o size=64m tmpfs "$1/mnt"
+%s --model=synthetic.Mlp --logdir="$1/run" --mode=export --export_dir="$1/mnt"; echo "rc=$?"
+%s --model=synthetic.Mlp --logdir="$1/run" --mode=export --export_dir="$1/mnt/1"; echo "rc=$?"
+echo "inside:" $(ls "$1/mnt/1") ":end"
+''' % (' '.join(TRAINER), ' '.join(TRAINER))
+
+
+def test_an_export_dir_that_is_a_mount_point_is_one_line_naming_a_folder_inside(capsys, tmp_path):
+  if not shutil.which('unshare') or subprocess.run(['unshare', '-rm', 'true'], capture_output=True).returncode:
+    pytest.skip('no mount namespace here (unshare -rm)')
+  assert util.RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=%s' % (tmp_path / 'run'), '--max_steps=2')[0] == 0
+  (tmp_path / 'mnt').mkdir()
+  result = subprocess.run(['unshare', '-rm', 'sh', '-c', _EXPORT_TO_MOUNT, 'sh', str(tmp_path)], capture_output=True,
+                          text=True, timeout=300)
+  first, second = result.stdout.split('rc=')[1:3]
+  assert first.startswith('1') and second.startswith('0'), result.stdout + result.stderr
+  assert ('lingpipe-train: error: --export_dir %s/mnt is a mount point; nothing was written. An export is written '
+          'beside its folder and renamed into place, which a mount point cannot take: give a folder inside it, e.g. '
+          '%s/mnt/1.' % (tmp_path, tmp_path)) in result.stderr.splitlines(), result.stderr
+  assert 'saved_model.pb' in result.stdout.split('inside:')[1]

@@ -184,3 +184,24 @@ def test_eval_and_export_of_a_run_use_its_recorded_task_params_and_say_so(capsys
       tmp_path / 'f32'), "--model_params_override=task.fprop_dtype=None")
   assert code == 0 and "Using the run's params" not in out, err
   assert 'task.fprop_dtype : None\n' in open(str(tmp_path / 'f32' / 'params.txt')).read()
+
+
+@pytest.mark.parametrize('edit,shown,problem', [
+    (lambda line: line.replace("'mlp'", "'mlp") if line.startswith('task.name ') else line, "task.name : 'mlp",
+     'its value does not parse'),
+    (lambda line: 'task.softmax.num_classes = [64' if line.startswith('task.softmax.num_classes ') else line,
+     'task.softmax.num_classes = [64', "expected 'path : value'"),
+    (lambda line: line + '\ngarbage line without colon' if line.startswith('task.name ') else line,
+     'garbage line without colon', "expected 'path : value'")])
+def test_a_hand_edited_params_txt_that_does_not_parse_is_named_with_its_line(capsys, tmp_path, edit, shown, problem):
+  """It was read as it was: eval called a param missing, a resume listed the garbage as a changed param."""
+  logdir = str(tmp_path / 'run')
+  _Train(capsys, logdir, 2)
+  path = os.path.join(logdir, 'params.txt')
+  lines = [edit(line) for line in open(path).read().splitlines()]
+  with open(path, 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+  number = '\n'.join(lines).splitlines().index(shown) + 1
+  for mode in ('eval', 'train', 'export'):
+    line = util.Error(capsys, MLP, '--logdir=' + logdir, '--mode=' + mode, '--max_steps=4')
+    assert line.startswith('%s line %d does not parse: %r: %s' % (path, number, shown, problem)), line

@@ -1,13 +1,17 @@
 """Fine-tuning: a fresh run initialized from another run's checkpoint, with a new head and name mapping."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.model import model_registry
 from lingpipe.runners import init_from_checkpoint
+from lingpipe.runners import local_cluster
 from lingpipe.runners import train_loop
 
 
@@ -68,5 +72,31 @@ def test_fine_tuning_copies_the_body_and_keeps_a_fresh_head(tmp_path):
 def test_init_from_a_checkpoint_outside_a_lingpipe_logdir_is_an_error(tmp_path):
   p = _Params(steps=0)
   p.task.train.init_from_checkpoint = str(tmp_path / 'elsewhere' / 'train' / 'ckpt-1')
+  with pytest.raises(errors.CheckpointError, match=r'there is no checkpoint there \(no files ckpt-1\.\*\)'):
+    train_loop.TrainLoop(p, str(tmp_path / 'target')).Run()
+  tf.train.Checkpoint(v=tf.Variable(1.0)).write(p.task.train.init_from_checkpoint)
   with pytest.raises(errors.CheckpointError, match='params.txt'):
     train_loop.TrainLoop(p, str(tmp_path / 'target')).Run()
+  (tmp_path / 'empty').mkdir()
+  p.task.train.init_from_checkpoint = str(tmp_path / 'empty')
+  with pytest.raises(errors.CheckpointError, match=r'init_from_checkpoint .*/empty is a folder with no complete'):
+    train_loop.TrainLoop(p, str(tmp_path / 'target')).Run()
+
+
+@pytest.mark.slow
+def test_fine_tuning_on_a_worker_from_a_pipelined_run(tmp_path):
+  """The source run (2 cells) is rebuilt on the run's own devices: one worker of one device (the source's K local
+  devices were asked for, and the trainer of a cluster run has one)."""
+  source = model_registry.GetParams('synthetic.DeepMlpGPipe', 'Train')
+  source.task.train.max_steps = 2
+  train_loop.TrainLoop(source, str(tmp_path / 'source')).Run()
+  ckpt = os.path.join(str(tmp_path / 'source'), 'train', 'ckpt-2')
+  with local_cluster.LocalCluster(1) as workers:
+    done = subprocess.run(
+        [sys.executable, '-m', 'lingpipe.trainer', '--cluster_spec=' + workers.spec_text, '--model=synthetic.Mlp',
+         '--logdir=%s' % (tmp_path / 'target'), '--max_steps=0',
+         "--model_params_override=task.train.init_from_checkpoint='%s'" % ckpt], capture_output=True, text=True,
+        timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert 'Initialized 6 variables' in done.stdout, done.stdout
+  assert 'from %s (model synthetic.DeepMlpGPipe)' % ckpt in done.stdout

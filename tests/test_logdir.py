@@ -42,6 +42,35 @@ def test_a_second_writer_is_refused_with_the_holder_named_and_the_lock_dies_with
   _Train(capsys, logdir, 2)  # Released with its holder.
 
 
+def test_a_refused_run_leaves_no_logdir_and_no_lock(capsys, tmp_path, monkeypatch):
+  """A cluster refused (an unreachable worker, TF_CONFIG without a cluster) before anything is written, and a
+  UserError inside the lock, leave nothing of the run: no logdir, no LOCK."""
+  logdir = tmp_path / 'new' / 'run'
+  line = util.Error(capsys, MLP, '--logdir=%s' % logdir, '--cluster_spec=worker=127.0.0.1:1')
+  assert 'is unreachable' in line and not os.path.exists(tmp_path / 'new'), line
+  monkeypatch.setenv('TF_CONFIG', '{}')
+  assert util.Error(capsys, MLP, '--logdir=%s' % logdir) and not os.path.exists(tmp_path / 'new')
+  monkeypatch.delenv('TF_CONFIG')
+  with pytest.raises(errors.ConfigError):
+    with logdir_lock.LogdirLock(str(logdir)):
+      raise errors.ConfigError('refused')
+  assert not os.path.exists(tmp_path / 'new')
+  os.makedirs(logdir)
+  open(logdir / 'mine.txt', 'w').close()
+  with pytest.raises(errors.ConfigError):
+    with logdir_lock.LogdirLock(str(logdir)):
+      raise errors.ConfigError('refused')
+  assert os.listdir(logdir) == ['mine.txt']  # Only what the run made is taken back.
+
+
+def test_a_tilde_in_a_path_flag_is_the_home_folder(capsys, tmp_path, monkeypatch):
+  """The shell expands no ~ after '=' (--logdir=~/run); a folder named '~' was made in the current one."""
+  monkeypatch.setenv('HOME', str(tmp_path / 'home'))
+  monkeypatch.chdir(tmp_path)
+  _Train(capsys, '~/run', 2)
+  assert os.path.isdir(tmp_path / 'home' / 'run' / 'train') and not os.path.exists(tmp_path / '~')
+
+
 def test_a_lost_index_is_rebuilt_from_the_disk_and_nothing_is_overwritten(capsys, tmp_path):
   logdir = str(tmp_path / 'run')
   train_dir = os.path.join(logdir, 'train')

@@ -118,6 +118,31 @@ def test_a_trainer_that_outgrows_its_budget_is_one_line_and_leaves_no_cgroup(tmp
   assert own_cgroup() == []
 
 
+def test_a_budget_above_the_machines_memory_is_refused_where_it_is_given(tmp_path):
+  total = byte_sizes.MachineMemory()
+  with pytest.raises(errors.ConfigError, match=r'^--memory_limit=1TiB is more than this machine has \(.* of memory\); '
+                     r'give at most %dMiB' % (total // 2**20)):
+    byte_sizes.ParseBudget('1TiB', '--memory_limit')
+  assert byte_sizes.ParseBudget('1GiB', '--memory_limit') == 2**30
+  with pytest.raises(errors.ConfigError, match=r'^--worker_memory=1TiB is more than this machine has'):
+    local_cluster.LocalCluster(1, memory_limit='1TiB', log_dir=str(tmp_path))
+  done = subprocess.run(TRAINER + ['--model=synthetic.Mlp', '--logdir=%s' % (tmp_path / 'run'),
+                                   '--memory_limit=1TiB'], capture_output=True, text=True, timeout=300)
+  assert done.returncode == 1 and done.stderr.startswith(
+      'lingpipe-train: error: --memory_limit=1TiB is more than this machine has') and done.stderr.count('\n') == 1
+  assert not os.path.exists(tmp_path / 'run')
+
+
+@needs_cgroup
+def test_a_worker_killed_for_its_budget_while_starting_is_named_at_once(tmp_path, own_cgroup):
+  start = time.time()
+  with pytest.raises(errors.ClusterError, match=r'was killed by the kernel before it was ready: it ran out of its '
+                     r'memory budget of 10\.00 MiB \(--worker_memory\) while starting\..* at least 512MiB'):
+    local_cluster.LocalCluster(1, memory_limit='10MiB', log_dir=str(tmp_path)).Start()
+  assert time.time() - start < 30
+  assert own_cgroup() == []
+
+
 @needs_cgroup
 @pytest.mark.slow
 def test_a_worker_that_outgrows_its_budget_is_named_by_the_trainer_and_in_its_log(tmp_path, own_cgroup):

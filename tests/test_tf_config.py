@@ -48,8 +48,7 @@ def test_a_flag_that_disagrees_with_tf_config_is_one_line(flags, message):
     ('chief', 0, {'worker': _CLUSTER['worker']}, r"^TF_CONFIG's task is chief:0, but its cluster has no 'chief' job "
      r"\(jobs: worker\)\.$"),
     ('worker', 2, None, r"^TF_CONFIG's task is worker:2, but its cluster has 2 worker tasks \(index 0 to 1\)\.$"),
-    ('wroker', 0, None, r"no 'wroker' job \(jobs: chief, worker\)\. Did you mean: worker\?"),
-    ('evaluator', 0, None, r"no 'evaluator' job")])
+    ('wroker', 0, None, r"no 'wroker' job \(jobs: chief, worker\)\. Did you mean: worker\?")])
 def test_a_task_that_is_not_in_the_cluster_is_one_line(task_type, index, cluster, message):
   with pytest.raises(errors.ConfigError, match=message):
     tf_config.Read(_Env(task_type, index, cluster))
@@ -73,9 +72,11 @@ def test_the_trainer_is_the_chief_a_client_or_a_worker_task_that_serves():
   assert tf_config.ForTrainer(environ=_Env('worker', 1)) == (served, 1)
   assert tf_config.ForTrainer('worker=h:1', 0, environ={}) == ({'worker': ['h:1']}, 0)
   assert tf_config.ForTrainer(environ={}) == (None, None)  # Local devices.
-  with pytest.raises(errors.ConfigError, match=r'TF_CONFIG names this task evaluator:0; the trainer runs as the '
-                     r'chief'):
-    tf_config.ForTrainer(environ=_Env('evaluator', 0, dict(_CLUSTER, evaluator=['127.0.0.1:2230'])))
+  for cluster in (_CLUSTER, dict(_CLUSTER, evaluator=['127.0.0.1:2230'])):  # Estimator's, and inside.
+    assert tf_config.ForTrainer(environ=_Env('evaluator', 0, cluster), mode='eval') == (None, None)  # Its devices.
+    with pytest.raises(errors.ConfigError, match=r'TF_CONFIG names this task evaluator:0, and this run is '
+                       r"--mode=train; lingpipe has no evaluator role: run `lingpipe-train --mode=eval "):
+      tf_config.ForTrainer(environ=_Env('evaluator', 0, cluster))
   with pytest.raises(errors.ConfigError, match=r'--task=0 and TF_CONFIG \(worker:1\) disagree'):
     tf_config.ForTrainer(task=0, environ=_Env('worker', 1))
 

@@ -68,6 +68,26 @@ def test_train_resume_eval_export_inspect(capsys, tmp_path):
   assert 'does not decode' in _Error(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=decode')
 
 
+def test_checkpoint_path_may_be_a_folder_or_an_export(capsys, tmp_path):
+  """A train folder, a logdir and an export stand for their checkpoint; an export's variables restore without a
+  step (they said the run had no complete checkpoint, and that a variable was missing)."""
+  logdir = str(tmp_path / 'run')
+  assert RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--max_steps=10',
+                    '--model_params_override=' + FAST)[0] == 0
+  assert RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=export')[0] == 0
+  metrics = []
+  for path in ('train', '', 'export/10', 'export/10/variables/variables'):
+    code, out, err = RunTrainer(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=eval',
+                                '--checkpoint_path=' + os.path.join(logdir, path))
+    assert code == 0, err
+    metrics.append(json.load(open(os.path.join(logdir, 'eval_test', 'metrics-10.json')))['metrics'])
+  assert all(m == metrics[0] for m in metrics), metrics
+  os.makedirs(os.path.join(logdir, 'empty'))
+  assert _Error(capsys, '--model=synthetic.Mlp', '--logdir=' + logdir, '--mode=eval',
+                '--checkpoint_path=' + os.path.join(logdir, 'empty')).startswith(
+                    '--checkpoint_path %s is a folder with no complete checkpoint' % os.path.join(logdir, 'empty'))
+
+
 def test_relative_logdir(capsys, tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   for mode in ('train', 'train', 'eval', 'export'):

@@ -28,3 +28,27 @@ def Format(num_bytes):
       return ('%d %s' if unit == 'B' else '%.2f %s') % (num_bytes, unit)
     num_bytes /= 1024.0
   return ''
+
+
+def MachineMemory():
+  """This machine's physical memory in bytes (/proc/meminfo's MemTotal), or None where it cannot be read."""
+  try:
+    with open('/proc/meminfo') as f:
+      for line in f:
+        if line.startswith('MemTotal:'):
+          return int(line.split()[1]) * 1024
+  except (OSError, ValueError, IndexError):
+    pass
+  return None
+
+
+def ParseBudget(text, what):
+  """Parse() of a process's memory budget on this machine: more than its physical memory is a one-line
+  ConfigError (no kernel enforces it, and a planner would plan for memory that is not there)."""
+  value = Parse(text, what)
+  total = MachineMemory()
+  if total is not None and value > total:
+    raise errors.ConfigError(
+        '%s=%s is more than this machine has (%s of memory); give at most %dMiB, the memory this process may use '
+        'here.' % (what, str(text).strip(), Format(total), total // 2**20))
+  return value

@@ -81,6 +81,8 @@ def FromCommandLine(argv, name, supervise=False):
   if _APPLIED:
     return Current()
   _APPLIED.append(True)
+  if _RESUME_VAR in os.environ:
+    return _Resume()
   text = None
   for i, arg in enumerate(argv[1:]):
     if arg.startswith('--memory_limit='):
@@ -88,10 +90,10 @@ def FromCommandLine(argv, name, supervise=False):
     elif arg == '--memory_limit' and i + 2 < len(argv):
       text = argv[i + 2]
   try:
-    limit = byte_sizes.Parse(text, '--memory_limit') if text else None
+    limit = byte_sizes.ParseBudget(text, '--memory_limit') if text else None
   except ValueError:
-    return None
-  if limit is not None and _GpuMachine():
+    return None  # Left to the binary's flag check, which says why in one line.
+  if limit is not None and GpuMachine():
     return None  # The binary gives each GPU the budget (TensorFlow's memory_limit) instead.
   budget, note = Apply(limit, name, supervise)
   if note:
@@ -99,7 +101,46 @@ def FromCommandLine(argv, name, supervise=False):
   return budget
 
 
-def _GpuMachine():
+_RESUME_VAR = 'LINGPIPE_BUDGET_ACROSS_EXEC'  # Set by KeepAcrossExec for the process image that replaces this one.
+
+
+def KeepAcrossExec():
+  """Before this process re-executes itself (a worker releasing a gone trainer): the new image takes this one's
+  budget and guard as they are, instead of making a cgroup and a guard of its own."""
+  state = {'budget': _CURRENT[0]._asdict() if _CURRENT else None, 'facts_fd': None}
+  if _FACTS:
+    try:
+      _FACTS[0].flush()
+      fd = _FACTS[0].fileno()
+      os.set_inheritable(fd, True)
+      state['facts_fd'] = fd
+    except (OSError, ValueError):
+      pass
+  os.environ[_RESUME_VAR] = json.dumps(state)
+
+
+def _Resume():
+  """The budget and guard stream KeepAcrossExec handed over."""
+  try:
+    state = json.loads(os.environ.pop(_RESUME_VAR))
+    budget = Budget(**state['budget']) if state.get('budget') else None
+  except (ValueError, TypeError, KeyError):
+    return None
+  _CURRENT[:] = [budget] if budget is not None else []
+  if budget is not None and budget.cgroup and budget.version == 1:  # The peak is this image's, from now on.
+    try:
+      _Write(os.path.join(budget.cgroup, 'memory.max_usage_in_bytes'), '0')
+    except OSError:
+      pass
+  if state.get('facts_fd') is not None:
+    try:
+      _FACTS[:] = [os.fdopen(state['facts_fd'], 'w')]
+    except OSError:
+      pass
+  return budget
+
+
+def GpuMachine():
   """Whether this machine has NVIDIA GPUs (their device files), read without loading TensorFlow."""
   try:
     return any(re.match(r'^nvidia\d+$', name) for name in os.listdir('/dev'))

@@ -32,6 +32,7 @@ import tensorflow as tf
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
 from lingpipe.distributed import memory_cgroup
+from lingpipe.distributed import worker_lease
 from lingpipe.distributed import worker_memory
 
 IDENTITY_CONTAINER, IDENTITY_NAME = 'lingpipe', 'worker_identity'
@@ -86,7 +87,8 @@ def IdentityText(spec, job, task, budget=None):
   """What a worker publishes about itself: its place in the cluster, its process (named when it stops or dies) and
   its memory budget (a memory_cgroup.Budget, whose usage the trainer reads)."""
   return json.dumps({'cluster_spec': SpecText(spec), 'job': job, 'task': task, 'pid': os.getpid(),
-                     'host': socket.gethostname(), 'memory': budget._asdict() if budget else None})
+                     'host': socket.gethostname(), 'memory': budget._asdict() if budget else None,
+                     'fresh_anon': worker_memory.OwnAnonymousBytes()})
 
 
 def _Place(identity):
@@ -241,11 +243,16 @@ class RemoteCluster(cluster.Cluster):
   def FailureMessage(self, problems, what, resume_hint):
     names = '; '.join('worker %s at %s: %s' % (TaskName(self.job, t), a, p) for t, a, p in problems)
     memory = any('out of memory' in p for _, _, p in problems)
+    held = [worker_memory.HeldAtStart(self, t) for t, _, _ in problems] if memory else []
+    held = [h for h in held if h]
+    if held:  # Not the configuration's fault: the worker began this run with memory it had not freed.
+      advice = ' %s; a fresh worker gives this configuration its whole budget.' % '; '.join(held)
+    else:
+      advice = ' ' + self.memory_advice if memory and self.memory_advice else ''
     return '%s: %s. Restart %s (%s), then rerun the same command%s.%s' % (
         what, names, 'it' if len(problems) == 1 else 'them',
         '; '.join(WorkerCommand(self.spec, self.job, t, (self.identities.get(t) or {}).get('memory'))
-                  for t, _, _ in problems), resume_hint,
-        ' ' + self.memory_advice if memory and self.memory_advice else '')
+                  for t, _, _ in problems), resume_hint, advice)
 
 
 def RequestInterOpThreads(minimum):
@@ -290,10 +297,16 @@ def Connect(spec, params, num_splits, own_task=None):
       if other_job == job and task == own_task:
         continue
       problem = _TcpProblem(address)
+      deadline = time.time() + worker_lease.RESTART_WAIT_S
+      while problem and worker_lease.RestartingHere(address) and time.time() < deadline:
+        time.sleep(0.5)  # It is releasing the trainer before this one (worker_lease.py).
+        problem = _TcpProblem(address)
       if problem:
         raise errors.ClusterError('Worker %s at %s is unreachable (%s). Start it with: %s' % (
             TaskName(other_job, task), address, problem, WorkerCommand(spec, other_job, task)))
   RequestInterOpThreads(params.min_remote_inter_op_threads)
+  leased = [(TaskName(job, t), a) for t, a in enumerate(spec[job]) if t != own_task]
+  worker_lease.Claim(leased, _TcpProblem, lambda name: WorkerCommand(spec, job, int(name.rsplit(':', 1)[-1])))
   if own_task is None:
     tf.config.experimental_connect_to_cluster(tf.train.ClusterSpec(spec))
   else:
@@ -321,6 +334,7 @@ def Connect(spec, params, num_splits, own_task=None):
           'makes it /job:%s/task:%d of %s. Restart the workers with the trainer\'s cluster spec (%s) or fix the '
           'trainer\'s.' % (where, theirs['job'], theirs['task'], theirs['cluster_spec'], job, task, expected,
                            WorkerCommand(spec, job, task)))
+  worker_lease.Holder([name for name, _ in leased])
   slots = cluster.RemoteSlots(job, params.device_type, params.devices_per_task)
   mesh = cluster.Cluster.FromParams(params, num_splits, slots, remote_job=job)
   return RemoteCluster(mesh.devices, spec, job, own_task, params.timeout_s, identities)

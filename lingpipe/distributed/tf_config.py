@@ -16,7 +16,12 @@ from lingpipe.core import errors
 from lingpipe.distributed import remote
 
 ENV_VAR = 'TF_CONFIG'
-SERVERLESS_JOBS = ('chief', 'evaluator')
+EVALUATOR = 'evaluator'
+SERVERLESS_JOBS = ('chief', EVALUATOR)
+# What an evaluator task runs: lingpipe has no evaluator role that follows the chief.
+EVALUATOR_ADVICE = ("lingpipe has no evaluator role: run `lingpipe-train --mode=eval --logdir=<the chief's logdir>` "
+                    "on this task, which evaluates the latest checkpoint on the task's own devices (rerun it as new "
+                    'checkpoints come)')
 _EXAMPLE = ('{"cluster": {"chief": ["host0:2222"], "worker": ["host1:2222", "host2:2222"]}, '
             '"task": {"type": "worker", "index": 0}}')
 
@@ -50,6 +55,8 @@ def Read(environ=None):
     raise errors.ConfigError('TF_CONFIG\'s task %s: expected {"type": a job name, "index": an integer >= 0}.' % (
         json.dumps(task),))
   jobs = config['cluster']
+  if task_type == EVALUATOR and EVALUATOR not in jobs:  # Estimator's convention: the evaluator is outside the cluster.
+    return TfConfig(spec, task_type, index)
   if task_type is not None and task_type not in jobs:
     raise errors.ConfigError('TF_CONFIG\'s task is %s:%s, but its cluster has no %r job (jobs: %s).%s' % (
         task_type, index, task_type, ', '.join(sorted(jobs)), errors.DidYouMean(task_type, sorted(jobs))))
@@ -83,14 +90,20 @@ def _Merged(config, cluster_spec, job, task):
           task if task is not None else config.task_index)
 
 
-def ForTrainer(cluster_spec=None, task=None, job='worker', environ=None):
+def ForTrainer(cluster_spec=None, task=None, job='worker', environ=None, mode='train'):
   """(spec or None, own task or None) of lingpipe-train: its --cluster_spec and --task, else TF_CONFIG's. As the
   chief (or with no task named) it is a client of the workers; as task i of `job` (cluster.job, the job that holds
-  the pipelines) it serves that task's devices too, as --task=i does."""
+  the pipelines) it serves that task's devices too, as --task=i does. As an evaluator task, --mode=eval and
+  decode run on the task's own devices (the workers are the chief's); training there is refused."""
   config = Read(environ)
   spec, task_type, own = _Merged(config, cluster_spec, None, None)
   if config is None or task_type in (None, 'chief'):
     return spec, task
+  if task_type == EVALUATOR:
+    if mode in ('eval', 'decode') and not cluster_spec:
+      return None, None
+    raise errors.ConfigError('TF_CONFIG names this task evaluator:%s, and this run is --mode=%s; %s.' % (
+        own, mode, EVALUATOR_ADVICE))
   if task_type != job:
     raise errors.ConfigError('TF_CONFIG names this task %s:%s; the trainer runs as the chief (a '
                              'client of the workers) or as a task of job %r, which holds the pipelines.' % (

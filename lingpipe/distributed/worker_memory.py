@@ -40,14 +40,42 @@ def _Bytes(text, field):
 
 
 def Read(mesh, task):
-  """{'limit', 'current', 'peak'} bytes of worker `task` now (limit None without a budget); raises on failure."""
+  """{'limit', 'current', 'peak', 'anon'} bytes of worker `task` now (limit None without a budget; anon: its
+  process's anonymous memory); raises on failure."""
   budget = _Budget(mesh, task)
   usage_file, peak_file = _Files(budget)
   with tf.device('/job:%s/replica:0/task:%d/device:CPU:0' % (mesh.job, task)):
     usage = tf.io.read_file(usage_file)
     peak = usage if peak_file == usage_file else tf.io.read_file(peak_file)
+    status = usage if usage_file == '/proc/self/status' else tf.io.read_file('/proc/self/status')
   return {'limit': budget.limit if budget else None, 'current': _Bytes(usage.numpy(), 'VmRSS'),
-          'peak': _Bytes(peak.numpy(), 'VmHWM'), 'time': time.time()}
+          'peak': _Bytes(peak.numpy(), 'VmHWM'), 'anon': _Bytes(status.numpy(), 'RssAnon'), 'time': time.time()}
+
+
+def OwnAnonymousBytes():
+  """This process's anonymous memory (RssAnon), or None where /proc does not say."""
+  try:
+    with open('/proc/self/status', 'rb') as f:
+      return _Bytes(f.read(), 'RssAnon')
+  except OSError:
+    return None
+
+
+HELD_MARGIN = 64 * 2**20  # Anonymous memory beyond a fresh worker's that counts as held from before.
+
+
+def HeldAtStart(mesh, task):
+  """'worker task T began this run holding X more than when it started (A, against B)' when its anonymous memory
+  at the trainer's first reading exceeded its own when it was fresh (its identity's) by more than HELD_MARGIN and
+  a tenth of its budget; else None. Such a worker kept memory of an earlier trainer (worker_lease.py)."""
+  fresh = (mesh.identities.get(task) or {}).get('fresh_anon')
+  first = (mesh.memory.first.get(task) if mesh.memory else None) or {}
+  start, limit = first.get('anon'), first.get('limit') or 0
+  if not fresh or not start or start - fresh <= max(HELD_MARGIN, limit / 10):
+    return None
+  return ('worker task %d began this run holding %s more than when it started (%s, against %s fresh), memory an '
+          'earlier trainer left there' % (task, byte_sizes.Format(start - fresh), byte_sizes.Format(start),
+                                          byte_sizes.Format(fresh)))
 
 
 class Monitor:
@@ -56,6 +84,7 @@ class Monitor:
   def __init__(self, mesh, interval_s=2.0):
     self.mesh, self.interval_s = mesh, interval_s
     self.last = {}
+    self.first = {}  # Each worker's first report: what it held when this trainer began.
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._Run, daemon=True)
 
@@ -71,6 +100,7 @@ class Monitor:
     for task, _ in self.mesh.Tasks():
       try:
         self.last[task] = Read(self.mesh, task)
+        self.first.setdefault(task, self.last[task])
       except (tf.errors.OpError, ValueError):
         continue
 

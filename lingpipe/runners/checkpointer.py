@@ -23,6 +23,7 @@ import tensorflow as tf
 from google.protobuf import text_format
 
 from lingpipe.core import errors
+from lingpipe.runners import recorded_params
 from lingpipe.runners import safe_write
 from lingpipe.runners import variable_restore
 
@@ -76,8 +77,13 @@ def RecordedParamsText(logdir):
   after a save and before it recorded them (see StageParams). None for a logdir without params."""
   pending = _Pending(logdir)
   if pending and _SavedWith(logdir, pending):
-    return pending[1]
-  return _ReadText(os.path.join(logdir, PARAMS_FILE), 'params')
+    text, path = pending[1], os.path.join(logdir, PENDING_PARAMS_FILE)
+  else:
+    path = os.path.join(logdir, PARAMS_FILE)
+    text = _ReadText(path, 'params')
+  if text is not None:
+    recorded_params.Check(text, path)
+  return text
 
 
 def RecordedModel(logdir):

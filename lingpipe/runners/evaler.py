@@ -13,8 +13,20 @@ from lingpipe.runners import safe_write
 from lingpipe.runners import shared_logdir
 
 
-def ResolveCheckpoint(logdir, checkpoint_path):
-  """`checkpoint_path` if given, else the latest in logdir/train; raises CheckpointError if there is none."""
+def ResolveCheckpoint(logdir, checkpoint_path, what='--checkpoint_path'):
+  """`checkpoint_path` if given (a folder: its newest checkpoint, its logdir's, or an export's variables), else
+  the latest in logdir/train; raises CheckpointError if there is none."""
+  if checkpoint_path and os.path.isdir(checkpoint_path):
+    if os.path.isfile(os.path.join(checkpoint_path, 'saved_model.pb')):  # An export: its variables.
+      return os.path.join(checkpoint_path, 'variables', 'variables')
+    if os.path.isdir(os.path.join(checkpoint_path, checkpointer.TRAIN_DIR)):  # A logdir.
+      checkpoint_path = os.path.join(checkpoint_path, checkpointer.TRAIN_DIR)
+    complete, notes = checkpointer.Candidates(checkpoint_path)
+    if not complete:
+      raise errors.CheckpointError('%s %s is a folder with no complete checkpoint%s; pass a checkpoint prefix '
+                                   '(<logdir>/train/ckpt-N).' % (
+                                       what, checkpoint_path, ' (%s)' % '; '.join(notes) if notes else ''))
+    return complete[0]
   if checkpoint_path:
     return checkpoint_path
   train_dir = os.path.join(logdir, checkpointer.TRAIN_DIR)
@@ -26,6 +38,16 @@ def ResolveCheckpoint(logdir, checkpoint_path):
 
 
 _ROTATION_RETRIES = 5
+
+
+def ExportOf(path):
+  """The export folder whose variables checkpoint `path` is (<export>/variables/variables), or None."""
+  variables = os.path.dirname(os.path.abspath(path))
+  export = os.path.dirname(variables)
+  if (os.path.basename(path) == 'variables' and os.path.basename(variables) == 'variables'
+      and os.path.isfile(os.path.join(export, 'saved_model.pb'))):
+    return export
+  return None
 
 
 def LoadTask(p, logdir, checkpoint_path=None, out=None):
@@ -40,7 +62,11 @@ def LoadTask(p, logdir, checkpoint_path=None, out=None):
     with cluster.Current().Placement():
       task = p.task.Instantiate()
     step = tf.Variable(0, dtype=tf.int64, trainable=False, name='global_step')
-    root = tf.train.Checkpoint(step=step, task=task)
+    export = ExportOf(path)
+    # An export's variables hold the task without a step: its version folder is the step it was exported at.
+    root = tf.train.Checkpoint(task=task) if export else tf.train.Checkpoint(step=step, task=task)
+    if export and os.path.basename(export).isdigit():
+      step.assign(int(os.path.basename(export)))
     try:
       checkpointer.Restore(root, path, exact_task=True)
       return task, int(step.numpy()), path

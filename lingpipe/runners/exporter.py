@@ -121,6 +121,10 @@ def CheckTarget(export_dir, model, flag='--export_dir'):
   if not os.path.isdir(real):
     raise errors.FileSystemError('%s is a file, not a folder; nothing was written. Give a missing or empty '
                                  'folder.' % shown)
+  if os.path.ismount(real):  # Renaming a new export onto it fails (EBUSY).
+    raise errors.FileSystemError(
+        '%s is a mount point; nothing was written. An export is written beside its folder and renamed into place, '
+        'which a mount point cannot take: give a folder inside it, e.g. %s.' % (shown, os.path.join(export_dir, '1')))
   try:
     entries = sorted(os.listdir(real))
   except OSError as e:

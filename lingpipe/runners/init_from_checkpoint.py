@@ -16,6 +16,7 @@ from lingpipe.core import errors
 from lingpipe.distributed import cluster
 from lingpipe.model import model_registry
 from lingpipe.runners import checkpointer
+from lingpipe.runners import evaler
 
 
 def RelativeName(variable):
@@ -25,8 +26,13 @@ def RelativeName(variable):
 
 
 def SourceParams(checkpoint_path):
-  """The params of the run that wrote `checkpoint_path` (<logdir>/train/ckpt-N), rebuilt from its logdir."""
-  logdir = os.path.dirname(os.path.dirname(os.path.abspath(checkpoint_path)))
+  """The params of the run that wrote `checkpoint_path` (<logdir>/train/ckpt-N, or an export's variables), rebuilt
+  from its logdir (or the export's params.txt)."""
+  if not checkpointer.CheckpointFiles(checkpoint_path):
+    raise errors.CheckpointError('init_from_checkpoint %s: there is no checkpoint there (no files %s.*); give a '
+                                 'checkpoint of a lingpipe run (<logdir>/train/ckpt-N), its logdir or an export.' % (
+                                     checkpoint_path, os.path.basename(checkpoint_path)))
+  logdir = evaler.ExportOf(checkpoint_path) or os.path.dirname(os.path.dirname(os.path.abspath(checkpoint_path)))
   model = checkpointer.RecordedModel(logdir)
   if model is None:
     raise errors.CheckpointError('init_from_checkpoint %s: no %s in %s to rebuild the source model from; give '
@@ -37,18 +43,16 @@ def SourceParams(checkpoint_path):
   return p
 
 
-def DevicesNeeded(checkpoint_path):
-  """Local devices the source model's pipelines need (one replica), so the trainer can make them."""
-  return max(1, cluster.MaxNumSplits(SourceParams(checkpoint_path)))
-
-
 def _SourceTask(checkpoint_path):
-  """The source run's task with the checkpoint's weights, built as one replica of its own pipelines (which may
-  have another number of splits than ours)."""
+  """The source run's task with the checkpoint's weights, built as one replica of its own pipelines (which may have
+  another number of splits than ours) on this run's own devices, wrapping where it has fewer: local devices, or the
+  workers' on a cluster (the values are only read, so where its cells sit does not matter)."""
   p = SourceParams(checkpoint_path)
-  cluster_params = p.cluster.Copy()
-  cluster_params.num_replicas = 1
-  with cluster.Use(cluster.Cluster.FromParams(cluster_params, cluster.MaxNumSplits(p))) as source_cluster:
+  current = cluster.Current()
+  slots = [device for row in current.devices for device in row]
+  num_splits = max(1, cluster.MaxNumSplits(p))
+  mesh = cluster.Cluster([[slots[k % len(slots)] for k in range(num_splits)]], remote_job=current.remote_job)
+  with cluster.Use(mesh) as source_cluster:
     with source_cluster.Placement():
       task = p.task.Instantiate()
   checkpointer.Restore(tf.train.Checkpoint(task=task), checkpoint_path, exact_task=True)
@@ -56,7 +60,9 @@ def _SourceTask(checkpoint_path):
 
 
 def InitFromCheckpoint(task, checkpoint_path, rules=(), exclude=()):
-  """Assigns `task`'s variables from the checkpoint; returns a one-line summary."""
+  """Assigns `task`'s variables from the checkpoint (a folder: its newest, as --checkpoint_path takes one); returns
+  a one-line summary."""
+  checkpoint_path = evaler.ResolveCheckpoint(None, checkpoint_path, 'init_from_checkpoint')
   source, model = _SourceTask(checkpoint_path)
   by_name = {RelativeName(v): v for v in source.variables}
   copies, fresh, problems = [], [], []

@@ -19,7 +19,12 @@ import time
 
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
+from lingpipe.distributed import memory_budget
+from lingpipe.distributed import memory_cgroup
 from lingpipe.distributed import remote
+
+
+_MIN_WORKER_MEMORY = '512MiB'  # What a worker takes to start (TensorFlow and its server: about 300 MiB, measured).
 
 
 def FreePorts(count, host='127.0.0.1'):
@@ -89,8 +94,14 @@ class LocalCluster:
                ready_timeout_s=60.0, tf_config=False, memory_limit=None):
     if num_workers < 1:
       raise errors.ConfigError('num_workers must be >= 1, got %d.' % num_workers)
-    if memory_limit:
-      byte_sizes.Parse(memory_limit, 'the workers\' memory limit')  # One line here, not one per worker log.
+    if memory_limit:  # One line here, not one per worker log; on GPUs it is each GPU's.
+      on_gpus = memory_budget.GpuMachine()
+      limit = (byte_sizes.Parse if on_gpus else byte_sizes.ParseBudget)(memory_limit, '--worker_memory')
+      total = byte_sizes.MachineMemory()
+      if not on_gpus and total and num_workers * limit > total:
+        print('LocalCluster: note: %d workers x %s is more than this machine\'s %s of memory: they cannot all use '
+              'their budgets at once, and the planner plans as if they could.' % (
+                  num_workers, byte_sizes.Format(limit), byte_sizes.Format(total)), file=sys.stderr, flush=True)
     self.memory_limit = memory_limit
     self.num_workers, self.job, self.cpu_devices = num_workers, job, cpu_devices
     self.pin_cores, self.threads, self.ready_timeout_s = pin_cores, threads, ready_timeout_s
@@ -132,11 +143,29 @@ class LocalCluster:
       if 'ready at' in self.Log(task):
         return self.processes[task]
       if self.processes[task].poll() is not None:
-        break
+        raise errors.ClusterError(self._EarlyExit(task))
       time.sleep(0.1)
     self.StopWorker(task, signal.SIGKILL)
     raise errors.ClusterError('Worker %s did not start within %g s; its log (%s) ends with: %s' % (
         remote.TaskName(self.job, task), self.ready_timeout_s, self.LogPath(task), self.Log(task)[-500:]))
+
+  def _EarlyExit(self, task, wait_s=3.0):
+    """Why worker `task` ended before its ready line: its memory budget (its guard's verdict, waited for up to
+    wait_s), else its exit status and the end of its log."""
+    process = self.processes[task]
+    deadline = time.time() + wait_s
+    verdict = memory_cgroup.Verdict(process.pid)
+    while self.memory_limit and verdict is None and time.time() < deadline:
+      time.sleep(0.1)
+      verdict = memory_cgroup.Verdict(process.pid)
+    name = remote.TaskName(self.job, task)
+    if verdict and verdict.get('oom_killed'):
+      return ('Worker %s was killed by the kernel before it was ready: it ran out of its memory budget of %s '
+              '(--worker_memory) while starting. A worker needs several hundred MiB for TensorFlow alone; give '
+              '--worker_memory of at least %s.' % (name, byte_sizes.Format(verdict['limit']), _MIN_WORKER_MEMORY))
+    log = self.Log(task).strip()
+    return 'Worker %s exited with status %s before it was ready; its log (%s) %s' % (
+        name, process.returncode, self.LogPath(task), 'ends with: ' + log[-500:] if log else 'is empty.')
 
   def StopWorker(self, task, sig=signal.SIGTERM, timeout_s=10.0):
     """Sends `sig` (and SIGCONT) to worker `task` and waits for it to exit (SIGKILL after timeout_s); returns its

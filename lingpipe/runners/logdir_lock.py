@@ -36,10 +36,17 @@ class LogdirLock:
     self.logdir, self.out = logdir, out
     self.path = os.path.join(logdir, LOCK_FILE)
     self._fd = None
+    self._made = []  # The folders and the LOCK file this lock created, which a refused run takes back.
 
   def __enter__(self):
+    folder = os.path.abspath(self.logdir)
+    while folder and not os.path.lexists(folder):
+      self._made.insert(0, folder)
+      folder = os.path.dirname(folder)
     try:
       os.makedirs(self.logdir, exist_ok=True)
+      if not os.path.lexists(self.path):
+        self._made.append(self.path)
       fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
       raise errors.FileSystemError('Cannot train in --logdir %s: %s (%s); nothing was changed. Training needs a '
@@ -67,7 +74,21 @@ class LogdirLock:
       pass
     return self
 
-  def __exit__(self, *unused):
+  def __exit__(self, exc_type, *unused):
     if self._fd is not None:
       os.close(self._fd)  # Releases the lock; the file stays (its content is only read by a blocked writer).
       self._fd = None
+    if exc_type is not None and issubclass(exc_type, errors.UserError):
+      self._TakeBack()
+
+  def _TakeBack(self):
+    """A run refused with a UserError leaves no trace of its own: the LOCK file it made, and the folders it made
+    where they are still empty (a run that wrote checkpoints before the error keeps them and their folders)."""
+    for path in reversed(self._made):
+      try:
+        if path == self.path:
+          os.remove(path)
+        else:
+          os.rmdir(path)  # Only an empty folder.
+      except OSError:
+        return

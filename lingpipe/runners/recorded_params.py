@@ -7,9 +7,40 @@ win. What was taken is said in one line. Training settings (`task.train.*`) and 
 change what a checkpoint computes.
 """
 
+import ast
+import re
+
 from lingpipe.core import errors
 
 _NOT_ADOPTED = ('task.train.', 'task.random_seed')
+
+
+_KEY = re.compile(r'^[A-Za-z_][\w.\[\]-]*$')
+
+
+def Check(text, path):
+  """Raises a one-line ConfigError naming the first line of recorded params `text` (from file `path`) that does
+  not parse: a line without ' : ' after a param path, or a value that opens a quote or bracket it never closes.
+  lingpipe writes the file whole, so such a line was edited by hand; read as it is, it made eval call a param
+  missing and a resume list the line as a changed param."""
+  for number, line in enumerate(text.splitlines(), 1):
+    stripped = line.strip()
+    if not stripped or stripped.startswith('#'):
+      continue
+    key, sep, value = line.partition(' : ')
+    problem = None
+    if not sep or not _KEY.match(key.strip()):
+      problem = "expected 'path : value'"
+    elif value.strip()[:1] in ('\'', '"', '[', '(', '{'):
+      try:
+        ast.literal_eval(value.strip())
+      except (ValueError, SyntaxError):
+        problem = 'its value does not parse (an unclosed quote or bracket?)'
+    if problem:
+      raise errors.ConfigError(
+          '%s line %d does not parse: %r: %s. This file records how the run was trained and lingpipe writes it '
+          'whole, so it was edited: restore the line (--mode=inspect prints the model\'s params in this form).' % (
+              path, number, stripped[:80], problem))
 
 
 def Lines(text):

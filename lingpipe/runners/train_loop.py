@@ -9,6 +9,7 @@ import time
 
 import tensorflow as tf
 
+from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
 from lingpipe.distributed import memory_budget
@@ -288,7 +289,8 @@ class TrainLoop:
       return step
     if self.cluster.num_replicas > 1 and p.cluster.gradient_exchange == 'all_reduce':
       self.mirrors = mirrors.Mirrors(self.task.trainable_variables, self.optimizer, self.cluster)
-    writer = tf.summary.create_file_writer(self.train_dir)
+    with self._NameFullDisk():
+      writer = tf.summary.create_file_writer(self.train_dir)
     self.Print('Training %s from step %d to %d in %s.' % (p.model, step, tp.max_steps, self.logdir))
     if self.input.Summary():
       self.Print('Input: %s' % self.input.Summary())
@@ -324,7 +326,7 @@ class TrainLoop:
       if start_time is None:  # Measure speed after the first step, which includes tracing.
         start_time, start_step = time.time(), step
       if step % tp.summary_interval_steps == 0 or step == tp.max_steps:
-        with writer.as_default(step=step):
+        with self._NameFullDisk(), writer.as_default(step=step):
           tf.summary.scalar('loss', loss)
           tf.summary.scalar('learning_rate', out.learning_rate)
           tf.summary.scalar('grad_norm', out.grad_norm)
@@ -351,5 +353,25 @@ class TrainLoop:
         watchdog.Beat()
     if step != last_saved:
       self.Print('Saved checkpoint %s' % self.Save())
-    writer.flush()
+    with self._NameFullDisk():
+      writer.flush()
     return step
+
+  @contextlib.contextmanager
+  def _NameFullDisk(self):
+    """A full disk while TensorFlow writes the training summaries as one line (it raised ResourceExhausted from
+    deep in the events writer); an events file it could not begin is removed."""
+    before = set(os.listdir(self.train_dir)) if os.path.isdir(self.train_dir) else set()
+    try:
+      yield
+    except (tf.errors.OpError, OSError) as e:
+      if not safe_write.IsNoSpace(e):
+        raise
+      for name in set(os.listdir(self.train_dir)) - before:
+        path = os.path.join(self.train_dir, name)
+        if name.startswith('events.') and os.path.getsize(path) == 0:
+          os.remove(path)
+      raise errors.DiskFullError(
+          'No space left on device writing the training summaries in %s (%s free on its filesystem). Nothing '
+          'was lost; free space and rerun: %s.' % (
+              self.train_dir, byte_sizes.Format(shutil.disk_usage(self.train_dir).free), self.ResumeHint())) from e
