@@ -7,8 +7,8 @@ It starts a `tf.distribute.Server` for (job, task) at that task's address, publi
 job and task it was started with) so the trainer can refuse a worker of another cluster
 (lingpipe/distributed/remote.py), prints one 'ready' line, and serves until SIGTERM or SIGINT, on which it exits
 with status 0. Mistakes (a task not in the spec, a port in use) print one line and exit with status 1. It serves
-one trainer at a time, which holds a lease on it; once that trainer is gone (ended, killed, or silent for 30 s), the
-worker re-executes itself, same pid, so that nothing the trainer made stays in its memory
+one trainer at a time, which holds a lease on it; once that trainer is gone (ended, killed, or, on another host,
+silent for 60 s), the worker re-executes itself, same pid, so that nothing the trainer made stays in its memory
 (lingpipe/distributed/worker_lease.py), and says so in its log.
 
 Security: TensorFlow's gRPC server listens on every interface (0.0.0.0:PORT, whatever host the spec names; TF 2.21

@@ -171,15 +171,21 @@ run "$1"
 ''' % ' '.join(TRAINER)
 
 
+def _InMountNamespace(script, folder):
+  """Runs shell `script` with `folder` (made here) as $1 in a mount namespace of our own, where it may mount a
+  small tmpfs; skips the test where the kernel or the sandbox allows none."""
+  if not shutil.which('unshare') or subprocess.run(['unshare', '-rm', 'true'], capture_output=True).returncode:
+    pytest.skip('no mount namespace here (unshare -rm)')
+  folder.mkdir()
+  return subprocess.run(['unshare', '-rm', 'sh', '-c', script, 'sh', str(folder)], capture_output=True, text=True,
+                        timeout=300)
+
+
 def test_a_full_disk_is_one_line_with_the_space_needed_and_a_rerun_resumes(tmp_path):
   """On a real 8 MiB tmpfs (each checkpoint of synthetic.Mlp is ~3 MiB with its input state), in a mount namespace
   of our own; skipped where the kernel or the sandbox allows none."""
-  if not shutil.which('unshare') or subprocess.run(['unshare', '-rm', 'true'], capture_output=True).returncode:
-    pytest.skip('no mount namespace here (unshare -rm); tests/test_logdir.py covers the same path in-process')
   mount_point = tmp_path / 'tiny'
-  mount_point.mkdir()
-  result = subprocess.run(['unshare', '-rm', 'sh', '-c', _DISK_FULL, 'sh', str(mount_point)], capture_output=True,
-                          text=True, timeout=300)
+  result = _InMountNamespace(_DISK_FULL, mount_point)
   train_dir = '%s/run/train' % mount_point
   first, second = result.stdout.split('rc=')[1:3]
   assert first.startswith('1\n'), result.stdout + result.stderr
@@ -209,12 +215,8 @@ echo "left:" $(ls -A "$1/run/train") ":end"
 
 def test_a_disk_with_no_byte_free_is_one_line_from_the_summaries_too(tmp_path):
   """The events writer fails before any checkpoint (it raised a 40-line ResourceExhaustedError)."""
-  if not shutil.which('unshare') or subprocess.run(['unshare', '-rm', 'true'], capture_output=True).returncode:
-    pytest.skip('no mount namespace here (unshare -rm)')
   mount_point = tmp_path / 'full'
-  mount_point.mkdir()
-  result = subprocess.run(['unshare', '-rm', 'sh', '-c', _NO_BYTE_FREE, 'sh', str(mount_point)], capture_output=True,
-                          text=True, timeout=300)
+  result = _InMountNamespace(_NO_BYTE_FREE, mount_point)
   assert 'rc=1' in result.stdout, result.stdout + result.stderr
   lines = result.stderr.strip().splitlines()
   assert lines == ['lingpipe-train: error: No space left on device writing the training summaries in %s/run/train '

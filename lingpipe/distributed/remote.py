@@ -192,6 +192,9 @@ class RemoteCluster(cluster.Cluster):
         finished, _, error = _WithTimeout(lambda: _ReadIdentity(self.job, task), timeout_s)
         if not finished:
           problem = 'no answer to a TensorFlow op within %g s' % timeout_s
+        elif error is not None and 'context_id' in str(error):
+          problem = ('it restarted, releasing this trainer (its process ended, or, on another host, its lease '
+                     'went %d s without renewal: was this process stopped?)' % worker_lease.STALE_S)
         elif error is not None:
           problem = ErrorSummary(error)
       if problem:

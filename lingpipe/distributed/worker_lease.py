@@ -5,7 +5,8 @@ process dies: measured on TF 2.21, a worker's allocator held a killed client's 3
 it ran, with the eager service's keep-alive at 5 s, and a trainer killed and rerun stacked a second copy beside the
 first. So a trainer holds a lease on each worker: a string resource on the worker's CPU naming its host and pid
 with a beat it renews every BEAT_S from a thread (`Holder`). The worker reads it (`Watcher`) and, once its holder
-released it, or the holder's process on this host has ended, or the beat stopped for STALE_S, re-executes itself
+released it, or the holder's process on this host has ended, or (a holder on another host) its beat stopped for
+STALE_S, re-executes itself
 (worker.py): the same pid, cgroup and guard, with nothing of the old trainer left. A trainer that finds a lease
 (`Claim`, before it connects) refuses in one line while the holder lives, and otherwise waits for the worker to
 come back.
@@ -24,7 +25,7 @@ from lingpipe.core import errors
 
 CONTAINER, NAME = 'lingpipe', 'trainer_lease'
 BEAT_S = 2.0  # How often a trainer renews its leases and a worker reads its own.
-STALE_S = 30.0  # A lease not renewed for this long belongs to a trainer that is gone.
+STALE_S = 60.0  # A lease of another host's trainer not renewed for this long belongs to one that is gone.
 RESTART_WAIT_S = 90.0  # How long a trainer waits for a worker to come back from releasing a gone trainer.
 RELEASED = 'released'
 
@@ -107,6 +108,8 @@ class Watcher:
     gone = HolderGone(lease)
     if gone:
       return '%s: %s' % (holder, gone)
+    if lease.get('host') == socket.gethostname():
+      return None  # Its process lives (stopped, or busy): the pid is the word here, not the beat.
     if now - self._changed > STALE_S:
       return '%s: its lease was not renewed for %d s' % (holder, now - self._changed)
     return None
@@ -242,7 +245,25 @@ class Holder:
 
   def _Run(self):
     while not self._stop.wait(BEAT_S):
+      self._CheckStillMine()
       self._Write()
+
+  def _CheckStillMine(self):
+    """Stops this process when another trainer wrote its lease on one of our workers (two trainers that claimed
+    the same free workers at the same moment): the first to see it exits, leaving the workers to the other."""
+    for device in list(self._devices):
+      try:
+        with tf.device(device):
+          text = tf.raw_ops.ReadVariableOp(resource=_Handle(device), dtype=tf.string).numpy().decode()
+      except (tf.errors.OpError, ValueError):
+        continue
+      lease = _Lease(text)
+      if lease and not _IsMine(lease):
+        print('lingpipe-train: error: worker %s was claimed by lingpipe-train pid %s on %s at the same moment as by '
+              'this one; a worker serves one trainer at a time, so this one stops and leaves it the workers. Start '
+              'other workers for this run.' % (device.rsplit('/device:', 1)[0], lease.get('pid'), lease.get('host')),
+              file=sys.stderr, flush=True)
+        os._exit(1)  # pylint: disable=protected-access
 
   def Release(self):
     self._stop.set()
