@@ -88,7 +88,7 @@ class _Mesh:
 
   def __init__(self, fresh, first, limit=2**30):
     self.identities = {0: {'fresh_anon': fresh}}
-    self.memory = type('Monitor', (), {'first': {0: {'anon': first, 'limit': limit}}})()
+    self.at_connect = {0: {'anon': first, 'limit': limit}}
 
 
 def test_a_memory_death_of_a_worker_that_began_holding_memory_blames_the_worker_not_the_configuration():
@@ -98,12 +98,11 @@ def test_a_memory_death_of_a_worker_that_began_holding_memory_blames_the_worker_
                   '300.00 MiB fresh), memory an earlier trainer left there'), held
   mesh = remote.RemoteCluster([['/job:worker/replica:0/task:0/device:CPU:0']], {'worker': ['127.0.0.1:1']},
                               'worker', None, 5.0, _Mesh(300 * 2**20, 900 * 2**20).identities)
-  mesh.memory = _Mesh(300 * 2**20, 900 * 2**20).memory
+  mesh.at_connect = _Mesh(300 * 2**20, 900 * 2**20).at_connect
   mesh.memory_advice = 'The planner says this fits: num_micro_batches=8.'
   message = mesh.FailureMessage([(0, '127.0.0.1:1', 'it ran out of memory: killed')], 'Step failed', '')
   assert 'began this run holding 600.00 MiB more' in message and 'The planner says' not in message, message
-  fresh_mesh = _Mesh(300 * 2**20, 310 * 2**20)
-  mesh.memory = fresh_mesh.memory
+  mesh.at_connect = _Mesh(300 * 2**20, 310 * 2**20).at_connect
   assert 'The planner says' in mesh.FailureMessage([(0, '127.0.0.1:1', 'it ran out of memory')], 'Step failed', '')
 
 

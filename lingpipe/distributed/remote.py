@@ -174,6 +174,7 @@ class RemoteCluster(cluster.Cluster):
     self.timeout_s = timeout_s
     self.identities = identities or {}
     self.memory = None  # A worker_memory.Monitor while training: the workers' last memory reports.
+    self.at_connect = {}  # Each worker's memory report as this process connected, before it made anything there.
     self.memory_advice = ''  # What fits, said when a worker ran out of memory (the planner's, set by training).
 
   def Tasks(self):
@@ -340,7 +341,13 @@ def Connect(spec, params, num_splits, own_task=None):
   worker_lease.Holder([name for name, _ in leased])
   slots = cluster.RemoteSlots(job, params.device_type, params.devices_per_task)
   mesh = cluster.Cluster.FromParams(params, num_splits, slots, remote_job=job)
-  return RemoteCluster(mesh.devices, spec, job, own_task, params.timeout_s, identities)
+  remote = RemoteCluster(mesh.devices, spec, job, own_task, params.timeout_s, identities)
+  for task, _ in remote.Tasks():
+    try:
+      remote.at_connect[task] = worker_memory.Read(remote, task)
+    except (tf.errors.OpError, ValueError):
+      continue
+  return remote
 
 
 class Watchdog:

@@ -6,16 +6,16 @@ it ran, with the eager service's keep-alive at 5 s, and a trainer killed and rer
 first. So a trainer holds a lease on each worker: a string resource on the worker's CPU naming its host and pid
 with a beat it renews every BEAT_S from a thread (`Holder`). The worker reads it (`Watcher`) and, once its holder
 released it, or the holder's process on this host has ended, or (a holder on another host) its beat stopped for
-STALE_S, re-executes itself
-(worker.py): the same pid, cgroup and guard, with nothing of the old trainer left. A trainer that finds a lease
-(`Claim`, before it connects) refuses in one line while the holder lives, and otherwise waits for the worker to
-come back.
+STALE_S, re-executes itself (worker.py): the same pid, cgroup and guard, with nothing of the old trainer left. A
+trainer that finds a lease (`Claim`, before it connects) refuses in one line while the holder lives, and otherwise
+waits for the worker to come back.
 """
 
 import json
 import os
 import socket
 import sys
+import tempfile
 import threading
 import time
 
@@ -172,7 +172,6 @@ def Claim(tasks, tcp_problem, worker_command, out=sys.stderr):
 
 
 def _MarkerPath(port):
-  import tempfile  # pylint: disable=g-import-not-at-top
   return os.path.join(tempfile.gettempdir(), 'lingpipe-worker-%s.restarting' % port)
 
 

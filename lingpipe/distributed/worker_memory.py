@@ -66,10 +66,11 @@ HELD_MARGIN = 64 * 2**20  # Anonymous memory beyond a fresh worker's that counts
 
 def HeldAtStart(mesh, task):
   """'worker task T began this run holding X more than when it started (A, against B)' when its anonymous memory
-  at the trainer's first reading exceeded its own when it was fresh (its identity's) by more than HELD_MARGIN and
-  a tenth of its budget; else None. Such a worker kept memory of an earlier trainer (worker_lease.py)."""
+  as the trainer connected (before it made anything there) exceeded its own when it was fresh (its identity's) by
+  more than HELD_MARGIN and a tenth of its budget; else None. Such a worker kept memory of an earlier trainer
+  (worker_lease.py)."""
   fresh = (mesh.identities.get(task) or {}).get('fresh_anon')
-  first = (mesh.memory.first.get(task) if mesh.memory else None) or {}
+  first = mesh.at_connect.get(task) or {}
   start, limit = first.get('anon'), first.get('limit') or 0
   if not fresh or not start or start - fresh <= max(HELD_MARGIN, limit / 10):
     return None
@@ -84,7 +85,6 @@ class Monitor:
   def __init__(self, mesh, interval_s=2.0):
     self.mesh, self.interval_s = mesh, interval_s
     self.last = {}
-    self.first = {}  # Each worker's first report: what it held when this trainer began.
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._Run, daemon=True)
 
@@ -100,7 +100,6 @@ class Monitor:
     for task, _ in self.mesh.Tasks():
       try:
         self.last[task] = Read(self.mesh, task)
-        self.first.setdefault(task, self.last[task])
       except (tf.errors.OpError, ValueError):
         continue
 
