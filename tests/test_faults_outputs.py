@@ -296,6 +296,7 @@ echo "inside:" $(ls "$1/mnt/1") ":end"
 ''' % (' '.join(TRAINER), ' '.join(TRAINER))
 
 
+@pytest.mark.slow
 def test_an_export_dir_that_is_a_mount_point_is_one_line_naming_a_folder_inside(capsys, tmp_path):
   if not shutil.which('unshare') or subprocess.run(['unshare', '-rm', 'true'], capture_output=True).returncode:
     pytest.skip('no mount namespace here (unshare -rm)')

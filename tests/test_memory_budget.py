@@ -118,6 +118,7 @@ def test_a_trainer_that_outgrows_its_budget_is_one_line_and_leaves_no_cgroup(tmp
   assert own_cgroup() == []
 
 
+@pytest.mark.slow
 def test_a_budget_above_the_machines_memory_is_refused_where_it_is_given(tmp_path):
   total = byte_sizes.MachineMemory()
   with pytest.raises(errors.ConfigError, match=r'^--memory_limit=1TiB is more than this machine has \(.* of memory\); '
@@ -133,6 +134,7 @@ def test_a_budget_above_the_machines_memory_is_refused_where_it_is_given(tmp_pat
   assert not os.path.exists(tmp_path / 'run')
 
 
+@pytest.mark.slow
 @needs_cgroup
 def test_a_worker_killed_for_its_budget_while_starting_is_named_at_once(tmp_path, own_cgroup):
   start = time.time()

@@ -150,7 +150,8 @@ def Claim(tasks, tcp_problem, worker_command, out=sys.stderr):
         if lease.get('host') == socket.gethostname() or (first_text is not None and text != first_text):
           raise errors.ClusterError(
               'Worker %s at %s is in use by %s, which is running; a worker serves one trainer at a time. Wait for '
-              'that run to end (or stop it), or start other workers: %s' % (
+              'that run to end (or stop it), or start other workers: %s. (--mode=eval, decode and inspect also run '
+              "without --cluster_spec, on this machine's own devices.)" % (
                   task_name, address, holder, worker_command(task_name)))
         first_text = first_text or text
         note = ('is leased to %s on another host; waiting up to %d s to see whether it is still running' % (
