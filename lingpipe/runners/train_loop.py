@@ -367,11 +367,14 @@ class TrainLoop:
     except (tf.errors.OpError, OSError) as e:
       if not safe_write.IsNoSpace(e):
         raise
-      for name in set(os.listdir(self.train_dir)) - before:
-        path = os.path.join(self.train_dir, name)
-        if name.startswith('events.') and os.path.getsize(path) == 0:
-          os.remove(path)
+      try:
+        for name in set(os.listdir(self.train_dir)) - before:
+          path = os.path.join(self.train_dir, name)
+          if name.startswith('events.') and os.path.getsize(path) == 0:
+            os.remove(path)
+        free = byte_sizes.Format(shutil.disk_usage(self.train_dir).free)
+      except OSError:
+        free = 'unknown'
       raise errors.DiskFullError(
           'No space left on device writing the training summaries in %s (%s free on its filesystem). Nothing '
-          'was lost; free space and rerun: %s.' % (
-              self.train_dir, byte_sizes.Format(shutil.disk_usage(self.train_dir).free), self.ResumeHint())) from e
+          'was lost; free space and rerun: %s.' % (self.train_dir, free, self.ResumeHint())) from e
