@@ -8,6 +8,7 @@ import tensorflow as tf
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 
 from lingpipe.gpipe.engine import cell_gradient
+from lingpipe.gpipe.engine import gradient_sums
 from lingpipe.gpipe.engine import tensor_lists
 import pipeline_test_util as util
 
@@ -111,11 +112,13 @@ def _Taped(cell, xs, params, dys):
 
 def test_a_saving_forward_and_its_backward_compute_what_a_tape_does_in_a_loop():
   """remat 'never' in a loop: each forward's saved tensors go on the executor's stacks (tensor_lists.Push, one
-  TensorList per dtype), the backwards pop them last in, first out (tensor_lists.Pop), in a second loop."""
+  TensorList per dtype), the backwards pop them last in, first out (tensor_lists.Pop), in a second loop, and add
+  their parameter gradients to the sums (the first backward, before the loop, assigns them)."""
   xs, params, dys = _SavedCase(4)
   cell = _Cell()
   gradient = cell_gradient.CellGradient(cell)
   device = '/device:CPU:0'
+  sums = gradient_sums.GradientSums([p.shape for p in params], [p.dtype for p in params], device, 'test')
 
   @tf.function(autograph=False)
   def Looped(xs, params, dys):
@@ -129,19 +132,23 @@ def test_a_saving_forward_and_its_backward_compute_what_a_tape_does_in_a_loop():
 
     _, stacks = tf.while_loop(lambda m, _: m < 3, Forward, (0, empty))
 
-    def Backward(m, stacks, grads):
+    def Backward(m, stacks, token, grads):
       stacks, varying = tensor_lists.Pop(stacks, gradient.VaryingSpecs(xs[0], params), device)
       saved = gradient.Restore(xs[0], params, varying)
-      in_grads, param_grads = gradient.SavedBackward(xs[0], index, params, saved, dys[m])
-      return m - 1, stacks, grads.write(m, tf.concat([tf.reshape(g, [-1]) for g in in_grads + param_grads], 0))
+      in_grads, token = gradient.SavedBackward(xs[0], index, params, saved, dys[m], sums, token)
+      return m - 1, stacks, token, grads.write(m, in_grads[0])
 
     grads = tf.TensorArray(tf.float32, size=3)
-    _, _, grads = tf.while_loop(lambda m, *_: m >= 0, Backward, (2, stacks, grads))
-    return grads.stack()
+    _, stacks, token, grads = Backward(2, stacks, None, grads)
+    _, _, token, grads = tf.while_loop(lambda m, *_: m >= 0, Backward, (1, stacks, token, grads))
+    return grads.stack(), sums.Read(token)
 
-  looped = Looped(xs, params, dys).numpy()
-  for m, taped in enumerate(_Taped(cell, xs, params, dys)):
-    np.testing.assert_allclose(looped[m], np.concatenate([g.numpy().ravel() for g in taped]), rtol=1e-6, atol=1e-6)
+  input_grads, param_sums = Looped(xs, params, dys)
+  taped = _Taped(cell, xs, params, dys)
+  for m, grads in enumerate(taped):
+    np.testing.assert_allclose(input_grads[m], grads[0], rtol=1e-6, atol=1e-6)
+  for i, param_sum in enumerate(param_sums):
+    np.testing.assert_allclose(param_sum, sum(grads[1 + i] for grads in taped), rtol=1e-5, atol=1e-5)
 
 
 def test_what_every_call_passes_alike_is_not_saved_per_call():

@@ -47,6 +47,7 @@ from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe import timeline
 from lingpipe.gpipe.engine import cell_functions
 from lingpipe.gpipe.engine import executor
+from lingpipe.gpipe.engine import gradient_sums
 from lingpipe.gpipe.engine import phase_loop
 from lingpipe.gpipe.engine import remat
 from lingpipe.gpipe.engine import step_facts
@@ -154,8 +155,11 @@ class PipeliningLayer(base_layer.BaseLayer):
                         devices=[self._devices[k] for k in range(self._num_cells) for _ in range(counts[k])])
     object.__setattr__(self, '_cell_params', None if base_layer.IsAbstract() else [
         cell_params.CellParams.OfLayers(self.CellLayers(k)) for k in range(self._num_cells)])
+    # Outside the module's tracking: no part of the model.
+    object.__setattr__(self, '_gradient_sums', None if base_layer.IsAbstract() else gradient_sums.OfMesh(
+        self._cell_params, self._mesh, self.path))
     object.__setattr__(self, 'functions', cell_functions.CellFunctions(self, self._mesh, self._cell_params,
-                                                                        p.batch_dim))
+                                                                        p.batch_dim, self._gradient_sums))
 
   # -- structure
   # -----------------------------------------------------------------------------------------------
@@ -371,11 +375,14 @@ class PipeliningLayer(base_layer.BaseLayer):
     return params
 
   def GradientsByVariable(self, accumulated, replica=0):
-    """{variable.ref(): gradient} of the executor's {cell: accumulated parameter gradients}, keyed
-    by the variables `replica` read (ReadParams)."""
-    copy_of = self.CopyOf(replica) or (lambda v: v)
-    return {copy_of(v).ref(): g for k, grads in accumulated.items()
-            for v, g in zip(self._cell_params[k].variables, grads)}
+    """{variable.ref(): gradient} of the executor's {cell: [token of its gradient sum]}: the sums
+    read (gradient_sums.GradientSums.Read), keyed by the variables `replica` read (ReadParams)."""
+    copy_of, by_ref = self.CopyOf(replica) or (lambda v: v), {}
+    for k, (token,) in accumulated.items():
+      with tf.device(self._mesh[replica][k]):
+        by_ref.update(zip([copy_of(v).ref() for v in self._cell_params[k].variables],
+                          self._gradient_sums[replica][k].Read(token)))
+    return by_ref
 
   def MergeInputGrads(self, first, replica, pad_rows):
     """The pipeline's input gradients (None for non-float leaves) from the executor's per-leaf TensorArrays."""

@@ -15,8 +15,9 @@ no flags while it runs.
 A strategy's `Fetch` takes what the forward kept (outside the device's chain of actions), its
 `Backward` computes, inside it, on the cell's device; `Keep` is the forward of a KEEP_ACTIVATIONS
 action. Each timed unit of work goes through `run.Timed`, which stamps it while a timeline records;
-strategies never see the stamps. The memory planner reads the same strategies (`Bind`,
-`holds_until_weight`, `recomputes`).
+strategies never see the stamps. Every `Backward` (and WEIGHT) adds each parameter gradient to the
+cell's sum as soon as it exists (gradient_sums.py). The memory planner reads the same strategies
+(`Bind`, `holds_until_weight`).
 """
 
 from typing import Any, List, NamedTuple
@@ -39,8 +40,9 @@ class Taped(NamedTuple):
 
 
 class Result(NamedTuple):
-  """What a backward leaves: its input gradients; the cell's gradient sum (None: the sum is left to
-  WEIGHT); and what else the device's next action waits for."""
+  """What a backward leaves: its input gradients; [the token of the cell's gradient sum]
+  (gradient_sums.py; None: the sum is left to WEIGHT); and what else the device's next action waits
+  for."""
   input_grads: List[Any]
   accumulated: List[tf.Tensor] = None
   waits: List[Any] = ()
@@ -56,7 +58,7 @@ def Watch(tape, cell_in, params, wanted):
 
 class _Recompute:
   """Re-computes from the kept input in one traced call, once the gradient has arrived."""
-  name, recomputes, holds_until_weight = 're-compute', True, False
+  name, holds_until_weight = 're-compute', False
 
   def Fetch(self, run, a, m, state):
     return run.KeptInput(a, m, state)
@@ -65,7 +67,8 @@ class _Recompute:
     cells, k = run.cells, a.cell
     acc = state.accumulated.get(k)
     call = lambda: cells.backward[k](cell_in, upstream, phase_loop.Index(m), cells.params[k], acc)
-    return Result(*run.Timed(state, a, m, [cell_in, upstream, acc or []], call, stamped=True))
+    in_grads, token = run.Timed(state, a, m, [cell_in, upstream, acc or []], call, stamped=True)
+    return Result(in_grads, [token])
 
 
 class _EarlyRecompute(_Recompute):
@@ -86,18 +89,20 @@ class _EarlyRecompute(_Recompute):
 
     cell_out = run.Timed(state, a, m, cell_in, Recompute, stamped=False, kind=timeline.RECOMPUTE)
 
+    acc = state.accumulated.get(k)
+
     def Backward():
       in_grads, param_grads = cells.taped_backward(cells.params[k], cell_in, upstream, tape, cell_out,
                                                    cells.Wanted(k))
-      return in_grads, remat.AddGrads(None, param_grads)
+      return in_grads, [cells.sums[k].Add(param_grads, first=acc is None)]
 
-    return Result(*run.Timed(state, a, m, [upstream, cell_out], Backward, stamped=False))
+    return Result(*run.Timed(state, a, m, [upstream, cell_out, acc or []], Backward, stamped=False))
 
 
 class _StoredTape:
   """The forward runs on a tape; the backward asks it. With the loss inside the pipeline the forward
   is traced inline, so each layer's weight gradients join the sum as soon as they exist."""
-  name, recomputes, holds_until_weight = 'stored tape', False, False
+  name, holds_until_weight = 'stored tape', False
 
   def Keep(self, run, a, m, state, cell_in):
     cells, k = run.cells, a.cell
@@ -124,7 +129,7 @@ class _StoredTape:
     def Call():
       in_grads, param_grads = cells.taped_backward(cells.params[k], taped.inputs, upstream, taped.tape,
                                                    taped.outputs, cells.Wanted(k))
-      return in_grads, remat.AddGrads(acc, param_grads)
+      return in_grads, [cells.sums[k].Add(param_grads, first=acc is None)]
 
     return Result(*run.Timed(state, a, m, [taped.inputs, upstream, acc or []], Call, stamped=False))
 
@@ -133,7 +138,7 @@ class _SavedStack:
   """The forward returns what its backward reads (cell_gradient.CellGradient.SavingForward): pushed
   on the cell's stack where the passes loop, kept by micro-batch where they are unrolled
   (saved_stack.Pushed)."""
-  name, recomputes, holds_until_weight = 'saved stack', False, False
+  name, holds_until_weight = 'saved stack', False
 
   def Keep(self, run, a, m, state, cell_in):
     cells, k, device = run.cells, a.cell, run.cells.devices[a.cell]
@@ -169,9 +174,9 @@ class _SavedStack:
     acc = state.accumulated.get(k)
 
     def Call():
-      in_grads, param_grads = cells.saving[k].SavedBackward(run.kept.like[k], phase_loop.Index(m), cells.params[k],
-                                                            saved, upstream, cells.Wanted(k))
-      return in_grads, remat.AddGrads(acc, param_grads)
+      in_grads, token = cells.saving[k].SavedBackward(run.kept.like[k], phase_loop.Index(m), cells.params[k],
+                                                      saved, upstream, cells.sums[k], acc, cells.Wanted(k))
+      return in_grads, [token]
 
     return Result(*run.Timed(state, a, m, [saved, upstream, acc or []], Call, stamped=False))
 
@@ -179,7 +184,7 @@ class _SavedStack:
 class _Split:
   """B: the input gradients, re-computing the forward from the kept input or from the forward's
   recorded tapes; what the weight gradients need waits in `run.pending` for the WEIGHT action."""
-  name, recomputes, holds_until_weight = 'split B/W', False, True
+  name, holds_until_weight = 'split B/W', True
 
   def Keep(self, run, a, m, state, cell_in):
     cells, k = run.cells, a.cell

@@ -26,10 +26,11 @@ def _SeedGraph():
 
 class CellFunctions:
   """The functions of `layer`'s cells (a PipeliningLayer): `mesh[r][k]` is cell k's device in
-  replica r, and `cell_params[k]` its cell_params.CellParams."""
+  replica r, `cell_params[k]` its cell_params.CellParams and `sums[r][k]` its gradient_sums.GradientSums."""
 
-  def __init__(self, layer, mesh, cell_params, batch_dim):
+  def __init__(self, layer, mesh, cell_params, batch_dim, sums):
     self._layer, self._mesh, self._cell_params, self._batch_dim = layer, mesh, cell_params, batch_dim
+    self._sums = sums
     self._num_cells = len(mesh[0])
     self.cache = {}  # {what a trace bakes in: its tf.function}
 
@@ -95,7 +96,7 @@ class CellFunctions:
       # are discarded: the forward already collected them.
       gradient = cell_gradient.CellGradient(self.Forward(k, r, True, padding, False, wanted))
       backward = lambda a, dy, index, params: gradient.Backward(a, index, params, dy, wanted)
-      self.cache[key] = remat.AccumulatingBackward(backward, self._mesh[r][k], stamped)
+      self.cache[key] = remat.AccumulatingBackward(backward, self._mesh[r][k], self._sums[r][k], stamped)
     return self.cache[key]
 
   def ExecutorCells(self, replica, params, training, padding, stamped, wanted=None):
@@ -111,7 +112,8 @@ class CellFunctions:
         if training else None,
         taped_backward=remat.TapedBackward,
         body=[functools.partial(self.InlineBody, k, replica, padding) for k in cells] if training else None,
-        wanted=wanted, saving=[cell_gradient.CellGradient(f) for f in forward] if training else None)
+        wanted=wanted, saving=[cell_gradient.CellGradient(f) for f in forward] if training else None,
+        sums=self._sums[replica] if training else None)
 
   def InlineBody(self, k, r, padding, inputs, micro_batch_index, params, recomputing):
     """Cell k in training, traced where it is called (executor.Cells.body): (outputs, moments); a

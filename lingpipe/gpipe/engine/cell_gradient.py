@@ -19,8 +19,10 @@ The same pair lets a forward that keeps its activations run in a loop (remat 'ne
 looped passes): a GradientTape cannot outlive a tf.while_loop iteration, so taped forwards ran
 unrolled and the graph grew with M. `SavingForward` calls the pair's forward, which returns the
 call's outputs and the tensors its backward reads (the executor pushes them on a stack per cell),
-and `SavedBackward` calls the pair's backward on them: the same two calls a tape makes (TensorFlow
-rewrites a taped call into the pair's forward), so the same memory and ops.
+and `SavedBackward` runs the pair's backward on them, copied into a function of its own that adds
+each parameter gradient to the cell's sum as it comes (gradient_sums.py): the same ops as the two
+calls a tape makes (TensorFlow rewrites a taped call into the pair's forward), without the
+micro-batch's whole gradient beside the sum.
 
 The pair comes from `ConcreteFunction._delayed_rewrite_functions`, which is not public API:
 tests/test_cell_gradient.py fails at once if a TensorFlow upgrade moves it.
@@ -56,6 +58,7 @@ class CellGradient:
     self._fn = fn
     self._pairs = {}
     self._graph_defs = {}
+    self._saved_backwards = {}  # {(trace, sums, first): the saved backward's function (SavedBackward)}
 
   def Pair(self, args):
     """The _Pair of fn's trace for args = (inputs, micro_batch_index, params), built on first use."""
@@ -133,15 +136,32 @@ class CellGradient:
     return [next(varying) if same is None else flat_args[same] if isinstance(same, int) else tf.constant(same)
             for same in pair.same_in_every_call]
 
-  def SavedBackward(self, inputs, micro_batch_index, params, saved, upstream, wanted=None):
-    """Backward's result for the SavingForward call that returned `saved`: one call of the pair's
-    backward. `inputs` are read only for their structure and dtypes."""
+  def SavedBackward(self, inputs, micro_batch_index, params, saved, upstream, sums, token, wanted=None):
+    """(input grads as Backward's, token) for the SavingForward call that returned `saved`: one call
+    of a function that copies the pair's backward and adds each parameter gradient to `sums`
+    (gradient_sums.GradientSums, the token of the sum so far `token`, None on the cell's first) as
+    soon as it exists. Calling the pair's backward itself would return all of a micro-batch's
+    parameter gradients together, at its end, beside the sum. `inputs` are read only for their
+    structure and dtypes."""
     pair = self.Pair((inputs, micro_batch_index, params))
-    # The call takes the backward's captures as arguments: here, the forward's saved tensors in
-    # their place.
-    call = pair.backward._call_flat  # pylint: disable=protected-access
-    grads = call(_OutputGrads(pair, upstream), _Captures(pair, saved))
-    return _Grads(grads, inputs, micro_batch_index, params, wanted)
+    flat_inputs = tf.nest.flatten(inputs)
+    key = (pair.concrete.name, id(sums), token is None)
+    if key not in self._saved_backwards:
+      _, backward_def = self._GraphDefs(pair)
+      first_param = len(flat_inputs) + len(tf.nest.flatten(micro_batch_index))
+      num_params = len(params)
+
+      def CellBackward(output_grads, captures, token):
+        grads = _Unflatten(pair.backward.graph.structured_outputs,
+                           _Copy(pair.backward.graph, backward_def, output_grads + captures, 'cell_backward'))
+        return grads[:len(flat_inputs)], sums.Add(grads[first_param:first_param + num_params], token is None)
+
+      self._saved_backwards[key] = tf.function(CellBackward, autograph=False,
+                                               experimental_attributes={'_noinline': True})
+    grads, token = self._saved_backwards[key](_OutputGrads(pair, upstream), _Captures(pair, saved), token)
+    wants = remat.WantsGrad(flat_inputs, wanted)
+    return [(tf.zeros_like(x) if g is None else g) if w else None
+            for x, g, w in zip(flat_inputs, grads, wants)], token
 
 
 def _OutputGrads(pair, upstream):

@@ -210,7 +210,7 @@ class _Interpreter:
       acc = state.accumulated.get(k)
 
       def Call():
-        return remat.AddGrads(acc, split_backward.WeightGrads(pending))
+        return [self.cells.sums[k].Add(split_backward.WeightGrads(pending), first=acc is None)]
       state.accumulated[k] = list(self.Timed(state, a, m, acc or [], Call, stamped=False))
     state.last[a.device] = []
     self.sums_of[a.device] = k

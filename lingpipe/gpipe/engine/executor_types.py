@@ -11,9 +11,10 @@ class Cells(NamedTuple):
   """What the executor runs, one entry per cell (lists indexed by cell).
 
   forward[k](inputs, index, params) -> (outputs, {layer path: moments.Moments}[, (start, end)]);
-  backward[k](inputs, upstream, index, params, accumulated) -> (input grads, accumulated + param
-  grads[, stamps]), for a cell's later re-computing backwards (its first runs inline from `body`:
-  backward_kinds.EARLY_RECOMPUTE); taped_backward(params, inputs, upstream, tape, outputs, wanted)
+  backward[k](inputs, upstream, index, params, token) -> (input grads, token[, stamps]), for a cell's
+  later re-computing backwards (its first runs inline from `body`: backward_kinds.EARLY_RECOMPUTE),
+  adding its parameter gradients to sums[k] (gradient_sums.GradientSums: the token of the sum so
+  far in, of the new sum out); taped_backward(params, inputs, upstream, tape, outputs, wanted)
   -> (input grads, param grads). The [start, end] outputs exist when `stamped` (timeline.Stamped).
   body[k](inputs, index, params, recomputing) -> (outputs, moments): cell k's forward traced inline
   (plans that split the backward record it, split_backward.py; `recomputing` discards the moments).
@@ -21,7 +22,8 @@ class Cells(NamedTuple):
   None: every float leaf). backward[0] must compute the same ones. Later cells compute every float
   input gradient: the previous cell needs them. saving[k]: cell_gradient.CellGradient of forward[k]:
   forwards that keep their activations return them as data (SavingForward) where the plan allows it
-  (step_facts.Derive), so that they can loop.
+  (step_facts.Derive), so that they can loop. sums[k]: where cell k's parameter gradients are summed
+  in training.
   """
   devices: List[str]
   params: List[List[tf.Tensor]]
@@ -31,6 +33,7 @@ class Cells(NamedTuple):
   body: List[Callable] = None
   wanted: List[bool] = None
   saving: List[Any] = None
+  sums: List[Any] = None
 
   def Wanted(self, k):
     """Cell k's `wanted` (see above): which input gradients its backward computes, None for every float one."""
@@ -45,7 +48,7 @@ class State(NamedTuple):
   stash: Dict  # {cell: [TensorArray per input leaf]}: inputs the re-computing backward reads
   outputs: Dict  # {last cell: [TensorArray per output leaf]}
   moments: Dict  # {cell: {layer path: moments.Moments}}, summed over micro-batches
-  accumulated: Dict  # {cell: [parameter gradients summed so far]}
+  accumulated: Dict  # {cell: [the token of its gradient sum so far]} (gradient_sums.py)
   input_grads: Dict  # {0: [TensorArray per float input leaf]}
   times: Dict  # {(kind, cell): TensorArray of (micro-batch, start, end)} while recording
   saved: Dict  # {cell: {dtype name: TensorList}}: the tensors its looped saving forwards keep, a stack per dtype

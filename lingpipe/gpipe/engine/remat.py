@@ -119,39 +119,30 @@ def TapedBackward(params, inputs, upstream, tape, outputs, wanted=None):
   return Backward(None, params, inputs, upstream, tape=tape, outputs=outputs, wanted=wanted)
 
 
-def AddGrads(accumulated, grads):
-  """`accumulated` + `grads` (or `grads` when None): a cell's parameter gradients summed over
-  micro-batches, in float32 when they come in a half-precision compute dtype, as the float32 master
-  weights they update."""
-  grads = [tf.cast(g, tf.float32) if g.dtype in (tf.bfloat16, tf.float16) else g for g in grads]
-  return grads if accumulated is None else [a + g for a, g in zip(accumulated, grads)]
-
-
-def AccumulatingBackward(backward, device, stamped=False):
+def AccumulatingBackward(backward, device, sums, stamped=False):
   """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
 
-  Step(inputs, output_grads, micro_batch_index, params, accumulated) -> (input grads, accumulated +
-  param grads) (accumulated: the sum of the cell's earlier backwards; its first runs inline,
-  backward_kinds.EARLY_RECOMPUTE), where backward(inputs, output_grads, micro_batch_index, params)
-  -> (input grads, param grads) re-computes the cell (cell_gradient.CellGradient.Backward) and
-  `params` are its parameter values (a list of tensors, cell_params.py). Because the call is not
-  inlined it starts only when all its arguments exist, so threading `accumulated` through the calls
-  of one cell runs them one at a time, in schedule order: at most one micro-batch's recomputed
-  activations per device are alive, and the partial gradients are summed as they come (graph
-  rewriting cannot turn the sum into one AddN that keeps all of them alive). With `stamped`, Step
-  also returns its start and end times (timeline.Stamped).
+  Step(inputs, output_grads, micro_batch_index, params, token) -> (input grads, token), where
+  backward(inputs, output_grads, micro_batch_index, params) -> (input grads, param grads) re-computes
+  the cell (cell_gradient.CellGradient.Backward), `params` are its parameter values (a list of
+  tensors, cell_params.py), and each parameter gradient is added to the cell's gradient_sums.GradientSums
+  `sums` inside the call, as soon as it exists (assigned where `token` is None: the step's first
+  backward of the cell); the token returned exists once all are. Because the call is not inlined it
+  starts only when all its arguments exist, so threading the token through the calls of one cell runs
+  them one at a time, in schedule order: at most one micro-batch's recomputed activations per device
+  are alive. With `stamped`, Step also returns its start and end times (timeline.Stamped).
   """
 
-  def Step(inputs, output_grads, micro_batch_index, params, accumulated):
+  def Step(inputs, output_grads, micro_batch_index, params, token):
     def Body():
       input_grads, param_grads = backward(inputs, output_grads, micro_batch_index, params)
-      return input_grads, AddGrads(accumulated, param_grads)
+      return input_grads, sums.Add(param_grads, first=token is None)
 
     with tf.device(device):
       if not stamped:
         return Body()
-      (input_grads, accumulated), stamps = timeline.Stamped(device, Body)
-      return input_grads, accumulated, stamps
+      (input_grads, token_out), stamps = timeline.Stamped(device, Body)
+      return input_grads, token_out, stamps
 
   return tf.function(Step, autograph=False, experimental_attributes={'_noinline': True})
 

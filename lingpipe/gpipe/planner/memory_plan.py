@@ -6,10 +6,8 @@ hold at its peak
 
     weights          W_k = params_k x dtype size (the master weights), and with a compute dtype (fprop_dtype) of
                      another size the compute copies the step reads them as, params_k x its size
-    gradients        W_k, and while micro-batches are summed either one layer's more (sums traced inline: the
-                     loss inside with remat 'never', or a split backward) or its largest cell's more (a traced
-                     backward returns its cell's gradients together); gpipe 'never' holds the second backward's
-                     beside the sum, less the micro-batch's activations the first backward freed
+    gradients        W_k, and while micro-batches are summed one layer's more: each backward adds a parameter's
+                     gradient to the cell's sum as soon as it has it (gpipe/engine/gradient_sums.py)
     optimizer slots  slots x W_k (Adam 2, RMSProp 2, SGD 1: the optimizer's slot variables)
     stash            what the forward keeps for the backward, for the whole batch: its cell's input (remat
                      'always'), its input and its activations ('never'), the input and the last micro-batch's
@@ -231,11 +229,8 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     own = sorted({a.cell for a in plan.DeviceActions(d)})
     stash = peak = 0.0
     keeps = {}
-    called = []  # The cells whose backwards are traced calls (re-computing ones; the others use a tape).
     for a in plan.DeviceActions(d):
       strategy = strategies.get(a)
-      if a.kind == plan_lib.BACKWARD and strategy.recomputes:
-        called.append(a.cell)
       if a.kind == plan_lib.FORWARD:
         keeps[(a.micro_batch, a.cell)] = kept[a.cell][a.keep]
         stash += keeps[(a.micro_batch, a.cell)]
@@ -249,18 +244,11 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
       elif a.kind in (plan_lib.BACKWARD, plan_lib.WEIGHT):
         stash -= keeps.pop((a.micro_batch, a.cell))
     w = sum(weights[k] for k in own)
-    if num_micro == 1:
-      gradients = w  # One backward: its gradients are the sum.
-    elif remat == 'never' and schedule == 'gpipe':
-      # Everything is stored when the backward starts; the first backward's gradients start the sum,
-      # and the second's exist beside it once that backward has freed its micro-batch's activations.
-      gradients = w + int(max(0, max(weights[k] for k in own) - max(activations[k] for k in own)))
-    elif splits_backward or (schedule in schedule_lib.NEEDS_LOSS and not called):
-      # Traced inline, each layer's gradients are added to the sum as they come (executor.py): one
-      # layer's on top.
-      gradients = w + max(max(layers.params[bounds[k]:bounds[k + 1]] or [0]) for k in own) * dtype_size
-    else:  # A traced backward's call returns its cell's gradients together, then they are added to the sum.
-      gradients = w + max(weights[k] for k in (called or own))
+    gradients = w  # One backward: its gradients are the sum.
+    if num_micro > 1:
+      # Each parameter's gradient is added to its cell's sum as soon as the backward has it, in every
+      # kind of backward (gradient_sums.py): one layer's on top.
+      gradients += max(max(layers.params[bounds[k]:bounds[k + 1]] or [0]) for k in own) * dtype_size
     devices.append(CellMemory(d, w, gradients, slots * w, int(peak + sum(ends[k] for k in own)),
                               int(max(working[k] for k in own)), sum(copies[k] for k in own)))
   return devices

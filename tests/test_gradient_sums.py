@@ -1,0 +1,74 @@
+"""gradient_sums: a pipelined cell sums its micro-batches' weight gradients in place, in every kind of backward,
+holding one copy of its weights' size and the gradient of the layer it is at; the sums are no part of the model."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from lingpipe.core import context
+from lingpipe.core import memory_stats
+from lingpipe.gpipe import pipelining_layer
+from lingpipe.layers import linear
+import pipeline_test_util as util
+
+DIM, LAYERS, BATCH = 512, 8, 32
+
+
+def _Pipeline(schedule, remat, num_splits):
+  layers = [linear.ProjectionLayer.Params().Set(input_dim=DIM, output_dim=DIM, activation='tanh')
+            for _ in range(LAYERS)]
+  return pipelining_layer.PipeliningLayer.Params().Set(
+      name='summed', layers=layers, num_splits=num_splits, num_micro_batches=4, remat=remat,
+      schedule=schedule).Instantiate()
+
+
+def _SquaredError(outputs, targets):
+  rows = tf.cast(tf.shape(outputs)[0], outputs.dtype)
+  loss = tf.reduce_sum(tf.square(outputs - targets)) / rows
+  return loss, {'loss': (loss, rows)}
+
+
+# Each kind of backward (backward_kinds.py): gpipe re-computes (remat 'always'), pops its saved stack
+# ('never'), asks a tape for the last micro-batch ('except_last'); 1F1B's inline taped backwards ('never');
+# zero bubble's WEIGHT actions.
+@pytest.mark.parametrize('schedule,remat,num_splits', [
+    ('gpipe', 'always', 1), ('gpipe', 'never', 1), ('gpipe', 'except_last', 1), ('gpipe', 'always', 2),
+    ('1f1b', 'never', 2), ('zero_bubble', 'always', 2)])
+def test_a_step_holds_one_copy_of_the_weights_gradients(schedule, remat, num_splits):
+  """Summed as tensors through each backward's call, a step held the sum and a micro-batch's whole gradient: about
+  twice the weights above its start. Now the sums exist from the first step on, and a step adds at most about one
+  layer's gradients and the activations (8 layers of 1 MiB; 16 KiB a micro-batch's activation)."""
+  pipe = _Pipeline(schedule, remat, num_splits)
+  rng = np.random.RandomState(0)
+  x = tf.constant(rng.normal(size=(BATCH, DIM)), tf.float32)
+  targets = tf.constant(rng.normal(size=(BATCH, DIM)), tf.float32)
+
+  @tf.function(autograph=False)
+  def Step(x):
+    with tf.GradientTape() as tape, context.Training(True):
+      if schedule == 'gpipe':
+        loss, _ = _SquaredError(pipe.FProp(x), targets)
+      else:
+        loss, _ = pipe.FPropWithLoss(x, targets, _SquaredError)
+    return [tf.reduce_sum(g) for g in tape.gradient(loss, pipe.trainable_variables)]
+
+  Step(x)
+  weights = sum(v.shape.num_elements() * 4 for v in pipe.trainable_variables)
+  peak = memory_stats.PeakBytes(lambda: tf.nest.map_structure(lambda t: t.numpy(), Step(x)), 'CPU:0')
+  assert peak < 0.5 * weights, (peak / 2**20, weights / 2**20)
+
+
+def test_the_sums_are_no_part_of_the_model():
+  plain, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=2)
+  assert len(pipe.variables) == len(plain.variables)
+  checkpoint = tf.train.Checkpoint(model=pipe)
+  path = checkpoint.write('%s/ckpt' % pytest.importorskip('tempfile').mkdtemp())
+  names = [name for name, _ in tf.train.list_variables(path)]
+  assert not [name for name in names if 'gradient_sum' in name], names
+
+
+def test_a_pipeline_that_never_trains_spends_nothing_on_sums():
+  _, pipe = util.Pair(util.Tanh(4, dim=64), num_splits=2, num_micro_batches=2)
+  pipe.FProp(tf.zeros([4, 64]), training=False)
+  sums = [v for row in pipe._gradient_sums for cell in row for v in cell.variables]  # pylint: disable=protected-access
+  assert sums and all(int(tf.size(v)) == 0 for v in sums)
