@@ -1,8 +1,9 @@
 r"""The GPipe paper's Table 1 in miniature, measured: the largest model that trains under a memory cap per process.
 
-    python benchmarks/capacity_benchmark.py --cap=1.5GiB --workloads=dense,transformer --write_docs
+    python benchmarks/capacity_benchmark.py --cap=1.5GiB --workloads=dense,transformer,long_transformer --write_docs
 
-For each workload (a dense stack of width 2048, the NMT Transformer T(L, 2048, 8) of model depth 512) and each
+For each workload (a dense stack of width 2048, the NMT Transformer T(L, 2048, 8) of model depth 512, and a
+Transformer encoder T(L, 2048, 8) over 256 tokens x 16, where activations outweigh weights, as in the paper) and each
 configuration (the plain model in one process; Pipeline-1: one process, K=1 with remat and M=4; K=2 and K=4
 lingpipe-workers, each a process, with a trainer beside them), it finds by bisection the largest depth that trains
 10 steps with every process under the cap (the kernel's memory cgroup, lingpipe's --memory_limit), and prints it
@@ -43,6 +44,9 @@ WORKLOADS = {
     'dense': Workload('synthetic.DenseStack', 'task.hidden_dim=2048', 'task.num_layers'),
     'transformer': Workload('mt.multilingual.TransformerGPipe',
                             'task.model_dim=512;task.hidden_dim=2048;task.num_heads=8', 'task.num_layers'),
+    # The paper's shape: activations outweigh weights (256 tokens x 16, depth 512).
+    'long_transformer': Workload('synthetic.LongSequenceTransformer', 'task.hidden_dim=2048;task.num_heads=8',
+                                 'task.num_layers'),
 }
 
 
@@ -156,10 +160,12 @@ def Params(workload, config, depth):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--cap', default='1.5GiB', help='Memory cap of every process.')
-  parser.add_argument('--workloads', default='dense,transformer', help='Of: %s.' % ', '.join(WORKLOADS))
+  parser.add_argument('--workloads', default='dense,transformer,long_transformer',
+                      help='Of: %s.' % ', '.join(WORKLOADS))
   parser.add_argument('--configs', default='plain,pipeline-1,k2,k4', help='Of: %s.' % ', '.join(CONFIGS))
   parser.add_argument('--steps', type=int, default=10, help='Steps a trial trains.')
-  parser.add_argument('--first', default='dense=12,transformer=4', help='First depth tried per workload (plain).')
+  parser.add_argument('--first', default='dense=12,transformer=4,long_transformer=4',
+                      help='First depth tried per workload (plain).')
   parser.add_argument('--scratch', default=None, help='Where trial logdirs go (default: a temporary folder).')
   parser.add_argument('--json', default=None, help='Also write the results here.')
   parser.add_argument('--save_restore_eval', type=int, default=1, help='1: also measure the peaks while the '

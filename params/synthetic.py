@@ -121,3 +121,34 @@ class TransformerStackGPipe(base_model_params.SingleTaskModelParams):
     p.train.Set(learning_rate=3e-3, max_steps=800, save_interval_steps=200, log_interval_steps=100,
                 clip_gradient_norm_to_value=1.0)
     return p
+
+
+@model_registry.RegisterSingleTaskModel
+class LongSequenceTransformer(base_model_params.SingleTaskModelParams):
+  """The GPipe paper's memory shape in miniature: a Transformer encoder over long sequences, where activations
+  outweigh weights (a layer's 3.1M parameters are 12 MiB; its activations at 256 tokens x 16, about 100 MiB).
+  task.num_layers layers of depth 512, 2048 wide, 8 heads, Adam, cut into 2 cells of 4 micro-batches; the
+  capacity benchmark sets the depth."""
+
+  VOCAB, SEQ_LEN, BATCH, MODEL_DIM = 64, 256, 16, 512
+
+  def _Input(self, split, num_examples):
+    return sequence_input.SyntheticSequenceInput.Params().Set(
+        split=split, num_examples=num_examples, seq_len=self.SEQ_LEN, min_len=self.SEQ_LEN, vocab_size=self.VOCAB,
+        batch_size=self.BATCH)
+
+  def Train(self):
+    return self._Input('train', 1024)
+
+  def Test(self):
+    return self._Input('test', 64).Set(shuffle=False, repeat=False, drop_remainder=False)
+
+  def Task(self):
+    p = sequence_tagger.TransformerTagger.Params().Set(
+        name='long_tagger', vocab_size=self.VOCAB, max_len=self.SEQ_LEN, model_dim=self.MODEL_DIM, num_layers=2)
+    p.network.Set(num_splits=2, num_micro_batches=4, remat='always', input_shapes={
+        'x': [self.BATCH, self.SEQ_LEN, self.MODEL_DIM], 'paddings': [self.BATCH, self.SEQ_LEN]})
+    p.softmax.Set(num_classes=self.VOCAB)
+    p.train.Set(optimizer=optimizer.Adam.Params(), learning_rate=1e-3, max_steps=100, save_interval_steps=50,
+                log_interval_steps=10)
+    return p

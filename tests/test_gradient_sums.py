@@ -35,9 +35,10 @@ def _SquaredError(outputs, targets):
     ('gpipe', 'always', 1), ('gpipe', 'never', 1), ('gpipe', 'except_last', 1), ('gpipe', 'always', 2),
     ('1f1b', 'never', 2), ('zero_bubble', 'always', 2)])
 def test_a_step_holds_one_copy_of_the_weights_gradients(schedule, remat, num_splits):
-  """Summed as tensors through each backward's call, a step held the sum and a micro-batch's whole gradient: about
-  twice the weights above its start. Now the sums exist from the first step on, and a step adds at most about one
-  layer's gradients and the activations (8 layers of 1 MiB; 16 KiB a micro-batch's activation)."""
+  """The sums and at most about a layer's gradient and the activations (8 layers of 1 MiB; 16 KiB a micro-batch's
+  activation): 1.16-1.29x the weights above the step's start. Summed as tensors through each backward's call, a
+  step held the sum and a micro-batch's whole gradient: 1.8-2.1x for gpipe's three kinds (1.3x for the inline
+  backwards of 1F1B and zero bubble, which added each layer's gradient as it came already)."""
   pipe = _Pipeline(schedule, remat, num_splits)
   rng = np.random.RandomState(0)
   x = tf.constant(rng.normal(size=(BATCH, DIM)), tf.float32)
@@ -55,7 +56,7 @@ def test_a_step_holds_one_copy_of_the_weights_gradients(schedule, remat, num_spl
   Step(x)
   weights = sum(v.shape.num_elements() * 4 for v in pipe.trainable_variables)
   peak = memory_stats.PeakBytes(lambda: tf.nest.map_structure(lambda t: t.numpy(), Step(x)), 'CPU:0')
-  assert peak < 0.5 * weights, (peak / 2**20, weights / 2**20)
+  assert peak < 1.5 * weights, (peak / 2**20, weights / 2**20)
 
 
 def test_the_sums_are_no_part_of_the_model():
@@ -67,8 +68,11 @@ def test_the_sums_are_no_part_of_the_model():
   assert not [name for name in names if 'gradient_sum' in name], names
 
 
-def test_a_pipeline_that_never_trains_spends_nothing_on_sums():
-  _, pipe = util.Pair(util.Tanh(4, dim=64), num_splits=2, num_micro_batches=2)
-  pipe.FProp(tf.zeros([4, 64]), training=False)
+def test_the_sums_hold_nothing_between_steps_nor_in_a_pipeline_that_never_trains():
+  plain, pipe = util.Pair(util.Tanh(4, dim=64), num_splits=2, num_micro_batches=2)
   sums = [v for row in pipe._gradient_sums for cell in row for v in cell.variables]  # pylint: disable=protected-access
+  pipe.FProp(tf.zeros([4, 64]), training=False)
   assert sums and all(int(tf.size(v)) == 0 for v in sums)
+  x = tf.constant(np.random.RandomState(0).normal(size=(4, 64)), tf.float32)
+  util.AssertClose(util.LossAndGrads(plain, x), util.LossAndGrads(pipe, x))  # A training step, as a tf.function.
+  assert all(int(tf.size(v)) == 0 for v in sums)

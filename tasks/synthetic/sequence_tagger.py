@@ -5,8 +5,10 @@ import tensorflow as tf
 from lingpipe.core import errors
 from lingpipe.core import serving
 from lingpipe.core.nested_map import NestedMap
+from lingpipe.gpipe import pipelining_layer
 from lingpipe.layers import embedding
 from lingpipe.layers import softmax
+from lingpipe.layers import transformer
 from lingpipe.model import base_task
 
 
@@ -78,3 +80,28 @@ class SequenceTagger(base_task.BaseTask):
       return {'probs': probs, 'labels': tf.argmax(probs, -1, output_type=tf.int32)}
 
     return {'serving_default': (Serve, spec)}
+
+
+class TransformerTagger(SequenceTagger):
+  """A SequenceTagger whose network is a stack of equal Transformer layers, its depth a plain Param (as
+  DenseStackClassifier's), so the capacity benchmark can bisect on `task.num_layers`."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('num_layers', 2, 'Transformer layers in the stack.')
+    p.Define('hidden_dim', 2048, 'Feed-forward width of every layer.')
+    p.Define('num_heads', 8, 'Attention heads of every layer.')
+    p.network = pipelining_layer.PipeliningLayer.Params()
+    return p
+
+  def __init__(self, params):
+    p = params.Copy()
+    if p.num_layers < 1 or p.hidden_dim < 1 or p.num_heads < 1:
+      raise errors.ConfigError('TransformerTagger %s: num_layers, hidden_dim and num_heads must be >= 1, got %d, '
+                               '%d and %d.' % (p.name, p.num_layers, p.hidden_dim, p.num_heads))
+    layer = transformer.TransformerLayer.Params().Set(model_dim=p.model_dim, hidden_dim=p.hidden_dim,
+                                                      num_heads=p.num_heads)
+    p.network = p.network.Copy().Set(name='network', cell_tpl=[], layers=[layer.Copy() for _ in range(p.num_layers)])
+    p.softmax.input_dim = p.model_dim
+    super().__init__(p)

@@ -58,7 +58,7 @@ class CellGradient:
     self._fn = fn
     self._pairs = {}
     self._graph_defs = {}
-    self._saved_backwards = {}  # {(trace, sums, first): the saved backward's function (SavedBackward)}
+    self._saved_backwards = {}  # {(trace, sums): the saved backward's function (SavedBackward)}
 
   def Pair(self, args):
     """The _Pair of fn's trace for args = (inputs, micro_batch_index, params), built on first use."""
@@ -139,13 +139,20 @@ class CellGradient:
   def SavedBackward(self, inputs, micro_batch_index, params, saved, upstream, sums, token, wanted=None):
     """(input grads as Backward's, token) for the SavingForward call that returned `saved`: one call
     of a function that copies the pair's backward and adds each parameter gradient to `sums`
-    (gradient_sums.GradientSums, the token of the sum so far `token`, None on the cell's first) as
-    soon as it exists. Calling the pair's backward itself would return all of a micro-batch's
-    parameter gradients together, at its end, beside the sum. `inputs` are read only for their
-    structure and dtypes."""
+    (gradient_sums.GradientSums; `token`: of the sum so far) as soon as it exists. Calling the pair's
+    backward itself returns all of a micro-batch's parameter gradients together, at its end, beside
+    the sum: only the cell's first backward (`token` None), whose gradients start the sum, calls it.
+    `inputs` are read only for their structure and dtypes."""
     pair = self.Pair((inputs, micro_batch_index, params))
     flat_inputs = tf.nest.flatten(inputs)
-    key = (pair.concrete.name, id(sums), token is None)
+    wants = remat.WantsGrad(flat_inputs, wanted)
+    if token is None:
+      # All at once is no more than the sum they start, and the step needs no copy of the cell's backward.
+      call = pair.backward._call_flat  # pylint: disable=protected-access
+      grads = call(_OutputGrads(pair, upstream), _Captures(pair, saved))
+      input_grads, param_grads = _Grads(grads, inputs, micro_batch_index, params, wanted)
+      return input_grads, sums.Add(param_grads, first=True)
+    key = (pair.concrete.name, id(sums))
     if key not in self._saved_backwards:
       _, backward_def = self._GraphDefs(pair)
       first_param = len(flat_inputs) + len(tf.nest.flatten(micro_batch_index))
@@ -154,12 +161,11 @@ class CellGradient:
       def CellBackward(output_grads, captures, token):
         grads = _Unflatten(pair.backward.graph.structured_outputs,
                            _Copy(pair.backward.graph, backward_def, output_grads + captures, 'cell_backward'))
-        return grads[:len(flat_inputs)], sums.Add(grads[first_param:first_param + num_params], token is None)
+        return grads[:len(flat_inputs)], sums.Add(grads[first_param:first_param + num_params], first=False)
 
       self._saved_backwards[key] = tf.function(CellBackward, autograph=False,
                                                experimental_attributes={'_noinline': True})
     grads, token = self._saved_backwards[key](_OutputGrads(pair, upstream), _Captures(pair, saved), token)
-    wants = remat.WantsGrad(flat_inputs, wanted)
     return [(tf.zeros_like(x) if g is None else g) if w else None
             for x, g, w in zip(flat_inputs, grads, wants)], token
 

@@ -7,19 +7,26 @@ its end (docs/notes/capacity.md). A variable per parameter, on the cell's device
 gradient as soon as the backward has it, inside the call: the backward holds the sum and the gradient of the
 parameter it is at.
 
-The variables have no fixed shape and start empty, so a model that never trains (eval, export) spends nothing on
-them: a step's first backward of the cell assigns its gradients (`Add(..., first=True)`, taking their buffers),
-later ones add theirs, and `Read` hands the sums on, which the variables keep until the next step's first
-backward. (Emptying them after the read, an assign of a [0] tensor, let Grappler's arithmetic optimizer hand a
-convolution's filter gradient the shape of another tensor in AmoebaNet-D's 1F1B step: "filter must be
-4-dimensional: [64]".) What a backward returns for the
-sums is a token, a scalar that exists once its gradients are added: the device's next action waits for it, as it
-waited for the sum (executor._Interpreter.Last), and a loop carries it.
+The variables have no fixed shape and hold nothing between steps (a model that never trains spends nothing on
+them): a step's first backward of the cell assigns its gradients (`Add(..., first=True)`, taking their buffers),
+later ones add theirs, and `Read` hands the sums on and empties the variables; the values read keep their
+buffers until the optimizer has used them. (Kept until the next step, the last step's sums stood beside a first
+backward that returns its gradients together, the saved stack's.)
+
+What a backward returns for the sums is a token, a scalar that exists once its gradients are added: the device's
+next action waits for it, as it waited for the sum (executor._Interpreter.Last), and a loop carries it.
 """
+
+import functools
 
 import tensorflow as tf
 
 _HALF = (tf.bfloat16, tf.float16)
+
+
+def _Empty(variables):
+  for variable in variables:
+    variable.assign(tf.zeros([0], variable.dtype), read_value=False)
 
 
 def SumDtype(dtype):
@@ -39,6 +46,11 @@ class GradientSums:
       self.variables = [
           tf.Variable(tf.zeros([0], SumDtype(d)), trainable=False, shape=tf.TensorShape(None),
                       name='%s_gradient_sum_%d' % (name, i)) for i, d in enumerate(dtypes)]
+    # A call of its own: the same assigns in the step's graph let Grappler's arithmetic optimizer give a
+    # convolution's filter gradient another tensor's shape in AmoebaNet-D's 1F1B step ("filter must be
+    # 4-dimensional: [64]"). A partial: TensorFlow counts traces per Python function, and each cell has its own.
+    self._empty = tf.function(functools.partial(_Empty, self.variables), autograph=False,
+                              experimental_attributes={'_noinline': True})
 
   def Add(self, grads, first):
     """Adds `grads` (one per parameter, in the cell's order; None for a parameter the cell's outputs do not depend
@@ -58,9 +70,12 @@ class GradientSums:
       return tf.zeros([], tf.float32)
 
   def Read(self, token):
-    """The sums once `token` exists, in the parameters' shapes."""
+    """The sums once `token` exists, in the parameters' shapes; the variables are emptied once read."""
     with tf.control_dependencies([token]):
-      return [tf.ensure_shape(v.read_value(), shape) for v, shape in zip(self.variables, self._shapes)]
+      values = [tf.ensure_shape(v.read_value(), shape) for v, shape in zip(self.variables, self._shapes)]
+    with tf.control_dependencies(values):
+      self._empty()
+    return values
 
 
 def OfMesh(cell_params, mesh, name):
