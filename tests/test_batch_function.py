@@ -45,3 +45,26 @@ def test_many_batch_sizes_give_no_retracing_warning():
     tf.get_logger().removeHandler(handler)
   assert fn.TracingCount() == 8
   assert not [m for m in logged if 'retracing' in m], logged
+
+
+def test_dimensions_the_dataset_leaves_unknown_are_relaxed_from_the_first_trace():
+  """A bucketed dataset's spec leaves the lengths unknown: one trace for every length (the first of two traces
+  without the spec stayed in memory), the batch dimension static, and a batch the spec does not describe traced
+  as without it."""
+  seen = []
+
+  def Step(batch):
+    seen.append((batch.src.shape[0], batch.src.shape[1], batch.tgt.shape[1]))
+    return tf.reduce_sum(batch.src) + tf.cast(tf.reduce_sum(batch.tgt), tf.float32)
+
+  spec = NestedMap(src=tf.TensorSpec([None, None], tf.float32), tgt=tf.TensorSpec([None, None], tf.int32))
+  fn = batch_function.BatchFunction(Step, spec)
+  for src_len, tgt_len in [(8, 16), (16, 8), (24, 32)]:
+    assert float(fn(_Batch(4, src_len, tgt_len))) == 4 * (src_len + tgt_len)
+  assert fn.TracingCount() == 1 and seen == [(4, None, None)]
+  fn(_Batch(3, 8, 16))
+  assert fn.TracingCount() == 2 and seen[-1] == (3, None, None)
+  other = batch_function.BatchFunction(Step, NestedMap(src=tf.TensorSpec([None, 5], tf.float32)))
+  other(_Batch(4, 8, 16))
+  other(_Batch(4, 16, 8))
+  assert other.TracingCount() == 2  # Not described by the spec: the first lengths, then relaxed ones.

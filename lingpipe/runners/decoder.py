@@ -53,9 +53,10 @@ def Decode(p, logdir, checkpoint_path=None, out=None):
   if not hasattr(task, 'Decode') or not hasattr(task, 'PostProcessDecode'):
     raise errors.ConfigError('Model %s (task %s) does not decode: it has no Decode()/PostProcessDecode().' % (
         p.model, type(task).__name__))
-  decode_fn = batch_function.BatchFunction(evaler.Placed(task.Decode))
   inp = p.input.Instantiate()
-  decoded = [tf.nest.map_structure(lambda t: t.numpy(), dict(decode_fn(batch))) for batch in inp.GetDataset()]
+  dataset = inp.GetDataset()
+  decode_fn = batch_function.BatchFunction(evaler.Placed(task.Decode), dataset.element_spec)
+  decoded = [tf.nest.map_structure(lambda t: t.numpy(), dict(decode_fn(batch))) for batch in dataset]
   if not decoded:
     raise errors.DataError('The %s input produced no batch to decode.' % p.dataset)
   metrics, files, signature = task.PostProcessDecode(decoded, inp)

@@ -129,9 +129,10 @@ def Evaluate(p, logdir, checkpoint_path=None, out=None):
     raise errors.ConfigError('The %s input repeats forever (input.repeat=True); set input.repeat=False or '
                              'task.eval.max_batches.' % p.dataset)
   task, step, path = LoadTask(p, logdir, checkpoint_path, out=out)
-  eval_fn = batch_function.BatchFunction(Placed(task.ComputeMetrics))
+  dataset = p.input.Instantiate().GetDataset()
+  eval_fn = batch_function.BatchFunction(Placed(task.ComputeMetrics), dataset.element_spec)
   sums, weights, batches = {}, {}, 0
-  for batch in p.input.Instantiate().GetDataset():
+  for batch in dataset:
     for name, (value, weight) in eval_fn(batch).items():
       w = float(weight)
       sums[name] = sums.get(name, 0.0) + float(value) * w

@@ -69,7 +69,7 @@ class TrainLoop:
     self.resumed_step, self.params_staged = 0, False
     self.mirrors = None  # Replicas' copies of the weights, made equal to the restored ones (_Run).
     self.memory_advice = ''  # What the planner says fits, said when memory runs out.
-    self.step_fn = batch_function.BatchFunction(self._Step)
+    self.step_fn = batch_function.BatchFunction(self._Step, self.iterator.element_spec)
 
   def _Step(self, batch):
     with self.cluster.Placement(), mirrors.Use(self.mirrors):
