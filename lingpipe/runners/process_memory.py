@@ -158,7 +158,8 @@ def LoadOrCalibrate(out=sys.stdout):
 def Advice(p, budget, num_devices, remote):
   """What the planner says fits `budget` bytes a process for model params `p`: one sentence naming the override
   (or how many devices would fit), or '' where this machine has no calibration or the model no pipeline. Said when
-  a process runs out of memory."""
+  a process runs out of memory, so never the configuration that runs (p's), and where the planner said that one
+  fits, with every prediction raised by as much as it was short at least (budget / its predicted peak)."""
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
@@ -172,29 +173,38 @@ def Advice(p, budget, num_devices, remote):
     return ''
   q = nets[0].params
   layers = [unit.params for unit in nets[0].units]
+  running = memory_plan.Candidate(q.schedule, q.remat, num_devices, q.num_micro_batches, (), (), 0.0, 0.0,
+                                  q.virtual_stages).Override()
 
-  def Best(devices, workers):
+  def Best(devices, workers, scale=1.0):
     candidates = memory_plan.Candidates(
         layers, q.input_shapes, devices, memory_plan.BatchSize(q.input_shapes, q.batch_dim),
         slots=memory_plan.OptimizerSlots(p.task.train.optimizer), dtype_size=q.dtype.size,
         fprop_dtype=nets[0].fprop_dtype, balance=q.balance if not q.cell_tpl else 'uniform')
     model = calibration.worker if workers else calibration.trainer
-    peak_of = lambda c: max(memory_plan.ProcessPeaks(c, model, one_process=not workers))
-    return memory_plan.Recommend(candidates, budget, peak_of), peak_of
+    peak_of = lambda c: scale * max(memory_plan.ProcessPeaks(c, model, one_process=not workers))
+    ran = [c for c in candidates if c.Override() == running and c.num_splits == devices]
+    others = [c for c in candidates if c.Override() != running]
+    return memory_plan.Recommend(others, budget, peak_of), peak_of, peak_of(ran[0]) if ran else None
 
-  best, peak_of = Best(num_devices, remote)
+  _, _, predicted = Best(num_devices, remote)
+  # It ran out of memory where it was predicted to fit: the planner was short by budget / predicted at least.
+  scale = budget / predicted if predicted and predicted <= budget else 1.0
+  raised = ' (the planner\'s peaks raised %.0f%%: it said %s fits, at %.0f MiB)' % (
+      100 * (scale - 1), running, predicted / 2**20) if scale > 1 else ''
+  best, peak_of, _ = Best(num_devices, remote, scale)
   if best is not None:
-    return ('The planner says this fits %.0f MiB a process: --model_params_override="%s" (predicted peak %.0f MiB).'
-            % (budget / 2**20, best.Override(), peak_of(best) / 2**20))
+    return ('The planner says this fits %.0f MiB a process: --model_params_override="%s" (predicted peak %.0f MiB)%s.'
+            % (budget / 2**20, best.Override(), peak_of(best) / 2**20, raised))
   for devices in range(num_devices + 1, 9):
     if devices > len(layers):
       break
-    best, peak_of = Best(devices, True)
+    best, peak_of, _ = Best(devices, True, scale)
     if best is not None and remote:
       return ('The planner says %d workers of %.0f MiB fit it: --model_params_override="%s" (predicted peak %.0f '
-              'MiB each).' % (devices, budget / 2**20, best.Override(), peak_of(best) / 2**20))
+              'MiB each)%s.' % (devices, budget / 2**20, best.Override(), peak_of(best) / 2**20, raised))
     if best is not None:
       return ('The planner says nothing fits %.0f MiB in one process; %d lingpipe-workers of that size would '
-              '(tools/launch_local.py --workers=%d --worker_memory=%dMiB -- ... --model_params_override="%s").' % (
-                  budget / 2**20, devices, devices, budget // 2**20, best.Override()))
-  return 'The planner says nothing fits %.0f MiB a process with up to 8 workers.' % (budget / 2**20)
+              '(tools/launch_local.py --workers=%d --worker_memory=%dMiB -- ... --model_params_override="%s")%s.' % (
+                  budget / 2**20, devices, devices, budget // 2**20, best.Override(), raised))
+  return 'The planner says nothing fits %.0f MiB a process with up to 8 workers%s.' % (budget / 2**20, raised)
