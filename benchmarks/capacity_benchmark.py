@@ -4,17 +4,19 @@ r"""The GPipe paper's Table 1 in miniature, measured: the largest model that tra
 
 For each workload (a dense stack of width 2048, the NMT Transformer T(L, 2048, 8) of model depth 512, and a
 Transformer encoder T(L, 2048, 8) over 256 tokens x 16, where activations outweigh weights, as in the paper) and each
-configuration (the plain model in one process; Pipeline-1: one process, K=1 with remat and M=4; K=2 and K=4
-lingpipe-workers, each a process, with a trainer beside them), it finds by bisection the largest depth that trains
-10 steps with every process under the cap (the kernel's memory cgroup, lingpipe's --memory_limit), and prints it
-beside the memory planner's largest depth for the same cap, with each process's measured peak (anonymous and mapped
-memory, what the kernel cannot reclaim; sampled every 50 ms) beside the planner's. The ratios compare the largest
-trainable parameter counts with the plain model's. It needs a machine whose memory cgroups this user may make
-children of (root); each trial runs in fresh processes, so it takes about half an hour.
+configuration (the plain model in one process; Pipeline-1: one process, K=1 with remat, M as the planner chooses at
+each depth, and M=4; K=2 and K=4 lingpipe-workers, each a process, with a trainer beside them), it finds by bisection
+the largest depth that trains 10 steps with every process under the cap (the kernel's memory cgroup, lingpipe's
+--memory_limit), and prints it beside the memory planner's largest depth for the same cap, with each process's
+measured peak (anonymous and mapped memory, what the kernel cannot reclaim; sampled every 50 ms) beside the
+planner's. The ratios compare the largest trainable parameter counts with the plain model's and Pipeline-1's. It
+needs a machine whose memory cgroups this user may make children of (root); each trial runs in fresh processes, so
+it takes about an hour and a half.
 """
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -54,13 +56,18 @@ class Config(NamedTuple):
   name: str
   workers: int  # 0: the trainer holds the model itself
   override: str
+  planned_micro_batches: bool = False  # M: what the planner chooses at each depth under the cap (_MicroBatches)
 
 
 CONFIGS = {
     'plain': Config('plain', 0, 'task.network.num_splits=1;task.network.num_micro_batches=1;'
                     "task.network.remat='never'"),
-    'pipeline-1': Config('Pipeline-1 (K=1, M=4, remat)', 0, 'task.network.num_splits=1;'
-                         "task.network.num_micro_batches=4;task.network.remat='always'"),
+    'pipeline-1': Config('Pipeline-1 (K=1, M planned, remat)', 0,
+                         "task.network.num_splits=1;task.network.remat='always'", planned_micro_batches=True),
+    # M=4 holds a gradient sum beside the weights where M=1 is the plain model: what the planner picks for the
+    # dense stack.
+    'pipeline-1-m4': Config('Pipeline-1 (K=1, M=4, remat)', 0, 'task.network.num_splits=1;'
+                            "task.network.num_micro_batches=4;task.network.remat='always'"),
     'k2': Config('K=2 workers (M=4, remat)', 2, 'task.network.num_splits=2;task.network.num_micro_batches=4;'
                  "task.network.remat='always'"),
     'k4': Config('K=4 workers (M=4, remat)', 4, 'task.network.num_splits=4;task.network.num_micro_batches=4;'
@@ -79,22 +86,38 @@ def _WorkerPeaks(peaks):
   return 'largest peak %.0f MiB (%s)' % (workers[name] / 2**20, name)
 
 
-def _Override(workload, config, depth):
+def _MicroBatches(workload, config, depth, planning):
+  """The M the planner chooses for `config` at `depth` under planning = (cap, calibration): of the M that divide
+  the batch, the fastest it predicts within the cap, else the one with the lowest predicted peak."""
+  cap, calibration = planning
+  override = ';'.join([workload.override, '%s=%d' % (workload.depth_param, depth), config.override, _COMMON])
+  candidates = process_memory.PlannerCandidates(workload.model, override, micro_batches=(1, 2, 4, 8, 16, 32))
+  peak = lambda c: calibration.trainer.Peak(sum(cell.peak for cell in c.cells))
+  fitting = [c for c in candidates if peak(c) <= cap]
+  best = max(fitting, key=lambda c: c.speedup) if fitting else min(candidates, key=peak)
+  return best.num_micro_batches
+
+
+def _Override(workload, config, depth, planning):
   """The params override of `workload` at `depth` in `config`, as every trial runs it."""
-  return ';'.join([workload.override, '%s=%d' % (workload.depth_param, depth), config.override, _COMMON])
+  parts = [workload.override, '%s=%d' % (workload.depth_param, depth), config.override, _COMMON]
+  if config.planned_micro_batches:
+    parts.append('task.network.num_micro_batches=%d' % _MicroBatches(workload, config, depth, planning))
+  return ';'.join(parts)
 
 
-def Bisect(workload, config, cap, steps, scratch, first, log):
+def Bisect(workload, config, planning, steps, scratch, first, log):
   """(largest depth that trains, its Trial, the depth that failed above it): from `first`, doubling up or halving
   down until a depth that trains and one that does not are found, then bisecting."""
   tried = {}
 
   def Try(depth):
     if depth not in tried:
-      override = _Override(workload, config, depth)
-      tried[depth] = memory_trials.Run(workload.model, override, config.workers, cap, steps, scratch)
-      log('  %-30s depth %3d: %s in %.0f s; peaks %s' % (
-          config.name, depth, 'trained' if tried[depth].ok else 'failed', tried[depth].seconds, ', '.join(
+      override = _Override(workload, config, depth, planning)
+      tried[depth] = memory_trials.Run(workload.model, override, config.workers, planning[0], steps, scratch)
+      micro = re.search(r'num_micro_batches=(\d+)', override).group(1)
+      log('  %-36s depth %3d, M=%s: %s in %.0f s; peaks %s' % (
+          config.name, depth, micro, 'trained' if tried[depth].ok else 'failed', tried[depth].seconds, ', '.join(
               '%s %.0f MiB' % (k, v / 2**20) for k, v in sorted(tried[depth].peaks.items()))))
     return tried[depth].ok
 
@@ -122,9 +145,10 @@ def Bisect(workload, config, cap, steps, scratch, first, log):
   return lo, tried[lo], hi
 
 
-def Predicted(workload, config, depth, calibration):
+def Predicted(workload, config, depth, planning):
   """The planner's peak of each process (process_memory.py) for `workload` at `depth` in `config`."""
-  override = _Override(workload, config, depth)
+  calibration = planning[1]
+  override = _Override(workload, config, depth, planning)
   peaks = process_memory.DevicePeaks(workload.model, override)
   if not config.workers:
     return {'trainer': calibration.trainer.Peak(sum(peaks))}
@@ -132,9 +156,9 @@ def Predicted(workload, config, depth, calibration):
               trainer=calibration.client.Peak(depth))
 
 
-def PlannedDepth(workload, config, cap, calibration, limit=400):
-  """The largest depth whose every process the planner predicts within `cap` (bisection on the prediction)."""
-  fits = lambda d: max(Predicted(workload, config, d, calibration).values()) <= cap
+def PlannedDepth(workload, config, planning, limit=400):
+  """The largest depth whose every process the planner predicts within the cap (bisection on the prediction)."""
+  fits = lambda d: max(Predicted(workload, config, d, planning).values()) <= planning[0]
   lo = max(1, config.workers)  # At least a layer per cell.
   if not fits(lo):
     return 0
@@ -162,7 +186,8 @@ def main(argv=None):
   parser.add_argument('--cap', default='1.5GiB', help='Memory cap of every process.')
   parser.add_argument('--workloads', default='dense,transformer,long_transformer',
                       help='Of: %s.' % ', '.join(WORKLOADS))
-  parser.add_argument('--configs', default='plain,pipeline-1,k2,k4', help='Of: %s.' % ', '.join(CONFIGS))
+  parser.add_argument('--configs', default='plain,pipeline-1,pipeline-1-m4,k2,k4',
+                      help='Of: %s.' % ', '.join(CONFIGS))
   parser.add_argument('--steps', type=int, default=10, help='Steps a trial trains.')
   parser.add_argument('--first', default='dense=12,transformer=4,long_transformer=4',
                       help='First depth tried per workload (plain).')
@@ -178,6 +203,7 @@ def main(argv=None):
     return 1
   first = dict((k, int(v)) for k, v in (item.split('=') for item in args.first.split(',')))
   calibration = process_memory.LoadOrCalibrate()
+  planning = (cap, calibration)
   scratch = args.scratch or tempfile.mkdtemp(prefix='lingpipe-capacity-')
   results = []
   with benchmark_page.Recording() as printed:
@@ -189,13 +215,14 @@ def main(argv=None):
       plain_params, start = None, first.get(name, 8)
       for key in args.configs.split(','):
         config = CONFIGS[key]
-        depth, trial, failed = Bisect(workload, config, cap, args.steps, scratch, start,
+        depth, trial, failed = Bisect(workload, config, planning, args.steps, scratch, start,
                                       lambda line: print(line, flush=True))
         params = Params(workload, config, depth) if depth else 0
         plain_params = plain_params or params
-        planned = PlannedDepth(workload, config, cap, calibration)
-        predicted = Predicted(workload, config, depth, calibration) if depth else {}
-        results.append(dict(workload=name, config=key, depth=depth, failed_at=failed, params=params,
+        planned = PlannedDepth(workload, config, planning)
+        predicted = Predicted(workload, config, depth, planning) if depth else {}
+        micro = re.search(r'num_micro_batches=(\d+)', _Override(workload, config, max(depth, 1), planning)).group(1)
+        results.append(dict(workload=name, config=key, depth=depth, failed_at=failed, params=params, micro=int(micro),
                             ratio=params / plain_params if plain_params else None,
                             peaks=trial.peaks if trial else {}, planned_depth=planned, predicted=predicted))
         start = max(depth, 1)
@@ -203,7 +230,7 @@ def main(argv=None):
       if pipelined and args.save_restore_eval:  # The trainer's peak should not grow with the model it saves.
         r = max(pipelined, key=lambda r: CONFIGS[r['config']].workers)
         config = CONFIGS[r['config']]
-        override = _Override(workload, config, r['depth'])
+        override = _Override(workload, config, r['depth'], planning)
         phases = memory_trials.SaveRestoreEval(workload.model, override, config.workers, cap, args.steps, scratch)
         r['trainer_phases'] = dict(phases, depth=r['depth'])
         print('  %s, depth %d (the fixed cost of a trainer beside workers: %.0f MiB):' % (
@@ -211,14 +238,17 @@ def main(argv=None):
         for phase, peaks in phases.items():
           print('    %-16s %s' % (phase, 'failed' if peaks is None else 'trainer peak %.0f MiB, workers\' %s' % (
               peaks.get('trainer', 0) / 2**20, _WorkerPeaks(peaks))))
-      print('\n| config | largest depth (next failed) | planner\'s largest | parameters | over plain | peak per '
-            'process, measured / planner (MiB) |')
-      print('|---|---|---|---|---|---|')
-      for r in [r for r in results if r['workload'] == name]:
-        print('| %s | %d (%d) | %d | %.1fM | %.2f | %s |' % (
-            CONFIGS[r['config']].name, r['depth'], r['failed_at'], r['planned_depth'], r['params'] / 1e6,
-            r['ratio'] or 0, ', '.join('%s %.0f / %.0f' % (k, v / 2**20, r['predicted'].get(k, 0) / 2**20)
-                                       for k, v in sorted(r['peaks'].items()))))
+      print('\n| config | M | largest depth (next failed) | planner\'s largest | parameters | over plain | over '
+            'Pipeline-1 | peak per process, measured / planner (MiB) |')
+      print('|---|---|---|---|---|---|---|---|')
+      rows = [r for r in results if r['workload'] == name]
+      pipeline_1 = next((r['params'] for r in rows if r['config'] == 'pipeline-1'), 0)
+      for r in rows:
+        print('| %s | %d | %d (%d) | %d | %.1fM | %.2f | %s | %s |' % (
+            CONFIGS[r['config']].name, r['micro'], r['depth'], r['failed_at'], r['planned_depth'], r['params'] / 1e6,
+            r['ratio'] or 0, '%.2f' % (r['params'] / pipeline_1) if pipeline_1 else '-', ', '.join(
+                '%s %.0f / %.0f' % (k, v / 2**20, r['predicted'].get(k, 0) / 2**20)
+                for k, v in sorted(r['peaks'].items()))))
   if args.json:
     with open(args.json, 'w') as f:
       json.dump(results, f, indent=2)

@@ -35,10 +35,11 @@ def _SquaredError(outputs, targets):
     ('gpipe', 'always', 1), ('gpipe', 'never', 1), ('gpipe', 'except_last', 1), ('gpipe', 'always', 2),
     ('1f1b', 'never', 2), ('zero_bubble', 'always', 2)])
 def test_a_step_holds_one_copy_of_the_weights_gradients(schedule, remat, num_splits):
-  """The sums and at most about a layer's gradient and the activations (8 layers of 1 MiB; 16 KiB a micro-batch's
-  activation): 1.16-1.29x the weights above the step's start. Summed as tensors through each backward's call, a
-  step held the sum and a micro-batch's whole gradient: 1.8-2.1x for gpipe's three kinds (1.3x for the inline
-  backwards of 1F1B and zero bubble, which added each layer's gradient as it came already)."""
+  """The sums, a layer's gradients or two and the activations (8 layers of 1 MiB; 16 KiB a micro-batch's
+  activation): 1.16-1.29x the weights above the step's start on a quiet machine, up to 1.52x beside a benchmark.
+  Summed as tensors through each backward's call, a step held the sum and a micro-batch's whole gradient: 1.8-2.1x
+  for gpipe's three kinds (1.3x for the inline backwards of 1F1B and zero bubble, which added each layer's
+  gradient as it came already)."""
   pipe = _Pipeline(schedule, remat, num_splits)
   rng = np.random.RandomState(0)
   x = tf.constant(rng.normal(size=(BATCH, DIM)), tf.float32)
@@ -56,7 +57,7 @@ def test_a_step_holds_one_copy_of_the_weights_gradients(schedule, remat, num_spl
   Step(x)
   weights = sum(v.shape.num_elements() * 4 for v in pipe.trainable_variables)
   peak = memory_stats.PeakBytes(lambda: tf.nest.map_structure(lambda t: t.numpy(), Step(x)), 'CPU:0')
-  assert peak < 1.5 * weights, (peak / 2**20, weights / 2**20)
+  assert peak < 1.65 * weights, (peak / 2**20, weights / 2**20)
 
 
 def test_the_sums_are_no_part_of_the_model():

@@ -75,9 +75,9 @@ _PLAIN = "task.network.num_splits=1;task.network.num_micro_batches=1;task.networ
 _K2 = "task.network.num_splits=2;task.network.num_micro_batches=4;task.network.remat='always'"
 
 
-def DevicePeaks(model, override):
-  """The planner's allocator peak of each device (bytes) of `model` with params `override`, in its own
-  configuration (the first PipeliningLayer's K, M, remat, schedule and cut)."""
+def PlannerCandidates(model, override, micro_batches=None):
+  """The planner's memory_plan.Candidates of `model` with params `override` in its own schedule, remat, cut and
+  devices (the first PipeliningLayer's), each M of `micro_batches` (default: its own)."""
   from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
@@ -89,12 +89,17 @@ def DevicePeaks(model, override):
   q = net.params
   candidates = memory_plan.Candidates(
       [unit.params for unit in net.units], q.input_shapes, net.num_devices,
-      memory_plan.BatchSize(q.input_shapes, q.batch_dim), micro_batches=(q.num_micro_batches,),
+      memory_plan.BatchSize(q.input_shapes, q.batch_dim), micro_batches=micro_batches or (q.num_micro_batches,),
       remats=(q.remat,), schedules=(q.schedule,), balance=[len(net.CellLayers(k)) for k in range(net.num_cells)],
       slots=memory_plan.OptimizerSlots(p.task.train.optimizer), dtype_size=q.dtype.size,
       fprop_dtype=net.fprop_dtype, virtual_stages=(q.virtual_stages,) if q.virtual_stages > 1 else ())
-  chosen = [c for c in candidates if c.num_splits == net.num_devices][0]
-  return [cell.peak for cell in chosen.cells]
+  return [c for c in candidates if c.num_splits == net.num_devices]
+
+
+def DevicePeaks(model, override):
+  """The planner's allocator peak of each device (bytes) of `model` with params `override`, in its own
+  configuration (the first PipeliningLayer's K, M, remat, schedule and cut)."""
+  return [cell.peak for cell in PlannerCandidates(model, override)[0].cells]
 
 
 def _Fit(points):
