@@ -32,8 +32,10 @@ def _SquaredError(outputs, targets):
 # ('never'), asks a tape for the last micro-batch ('except_last'); 1F1B's inline taped backwards ('never');
 # zero bubble's WEIGHT actions.
 @pytest.mark.parametrize('schedule,remat,num_splits', [
-    ('gpipe', 'always', 1), ('gpipe', 'never', 1), ('gpipe', 'except_last', 1), ('gpipe', 'always', 2),
-    ('1f1b', 'never', 2), ('zero_bubble', 'always', 2)])
+    ('gpipe', 'always', 1), ('gpipe', 'never', 1), ('gpipe', 'except_last', 1),
+    pytest.param('gpipe', 'always', 2, marks=pytest.mark.slow),
+    pytest.param('1f1b', 'never', 2, marks=pytest.mark.slow),
+    pytest.param('zero_bubble', 'always', 2, marks=pytest.mark.slow)])
 def test_a_step_holds_one_copy_of_the_weights_gradients(schedule, remat, num_splits):
   """The sums, a layer's gradients or two and the activations (8 layers of 1 MiB; 16 KiB a micro-batch's
   activation): 1.16-1.29x the weights above the step's start on a quiet machine, up to 1.52x beside a benchmark.
