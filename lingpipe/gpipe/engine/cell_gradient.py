@@ -145,7 +145,6 @@ class CellGradient:
     `inputs` are read only for their structure and dtypes."""
     pair = self.Pair((inputs, micro_batch_index, params))
     flat_inputs = tf.nest.flatten(inputs)
-    wants = remat.WantsGrad(flat_inputs, wanted)
     if token is None:
       # All at once is no more than the sum they start, and the step needs no copy of the cell's backward.
       call = pair.backward._call_flat  # pylint: disable=protected-access
@@ -167,7 +166,7 @@ class CellGradient:
                                                experimental_attributes={'_noinline': True})
     grads, token = self._saved_backwards[key](_OutputGrads(pair, upstream), _Captures(pair, saved), token)
     return [(tf.zeros_like(x) if g is None else g) if w else None
-            for x, g, w in zip(flat_inputs, grads, wants)], token
+            for x, g, w in zip(flat_inputs, grads, remat.WantsGrad(flat_inputs, wanted))], token
 
 
 def _OutputGrads(pair, upstream):
