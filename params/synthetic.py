@@ -145,7 +145,7 @@ class LongSequenceTransformer(base_model_params.SingleTaskModelParams):
 
   def Task(self):
     p = sequence_tagger.TransformerTagger.Params().Set(
-        name='long_tagger', vocab_size=self.VOCAB, max_len=self.SEQ_LEN, model_dim=self.MODEL_DIM, num_layers=2)
+        name='long_tagger', vocab_size=self.VOCAB, max_len=self.SEQ_LEN, model_dim=self.MODEL_DIM, num_layers=4)
     p.network.Set(num_splits=2, num_micro_batches=4, remat='always', input_shapes={
         'x': [self.BATCH, self.SEQ_LEN, self.MODEL_DIM], 'paddings': [self.BATCH, self.SEQ_LEN]})
     p.softmax.Set(num_classes=self.VOCAB)

@@ -147,17 +147,22 @@ def test_a_worker_killed_for_its_budget_while_starting_is_named_at_once(tmp_path
 
 @needs_cgroup
 @pytest.mark.slow
-def test_a_worker_that_outgrows_its_budget_is_named_by_the_trainer_and_in_its_log(tmp_path, own_cgroup):
+@pytest.mark.parametrize('num_layers,what', [(28, 'Step 1'), (40, 'Building the model on the workers')])
+def test_a_worker_that_outgrows_its_budget_is_named_by_the_trainer_and_in_its_log(tmp_path, own_cgroup, num_layers,
+                                                                                  what):
+  """Dense layers of width 2048 with Adam on two workers of 1 GiB: 28 run out in the first step, 40 already while
+  the optimizer's slots are made."""
   with local_cluster.LocalCluster(2, memory_limit='1GiB', log_dir=str(tmp_path / 'logs')) as workers:
     for task in range(2):
       assert ('memory budget: 1.00 GiB (--memory_limit; enforced by the kernel\'s memory cgroup (v%d))' % _VERSION
               in workers.Log(task))
     done = subprocess.run(TRAINER + [
         '--cluster_spec=' + workers.spec_text, '--model=synthetic.DenseStack', '--logdir=%s' % (tmp_path / 'run'),
-        '--max_steps=20', '--model_params_override=task.num_layers=20;task.hidden_dim=2048;'
+        '--max_steps=20', '--model_params_override=task.num_layers=%d;task.hidden_dim=2048;' % num_layers +
         'task.train.save_interval_steps=1000'], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stderr[-3000:]
     line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith('lingpipe-train: error: %s failed (' % what), line
     m = re.search(r'worker /job:worker/replica:0/task:(\d) at 127\.0\.0\.1:\d+: it ran out of memory: the kernel '
                   r'killed it at its budget of 1\.00 GiB \(--memory_limit; peak 1\.00 GiB\)\. Restart it \(.* '
                   r'--memory_limit=1024MiB\), then rerun the same command \(no checkpoint was written yet\)\.', line)

@@ -50,7 +50,8 @@ class TrainLoop:
     self.termination_grace_s = termination_grace_s
     self.train_dir = os.path.join(logdir, checkpointer.TRAIN_DIR)
     self.cluster = cluster.Current()
-    with self.cluster.Placement():
+    self.manager = None  # Made by Restore(), once the index says what is on disk.
+    with self.cluster.Placement(), self._NameDeadWorkers('Building the model on the workers'):
       self.task = p.task.Instantiate()
       self.optimizer = self.task.CreateOptimizer()
       self.loss_scale = self.task.CreateLossScale()
@@ -65,7 +66,6 @@ class TrainLoop:
     if p.input.checkpoint_iterator:
       tracked['input'] = self.iterator
     self.checkpoint = tf.train.Checkpoint(**tracked)
-    self.manager = None  # Made by Restore(), once the index says what is on disk.
     self.resumed_step, self.params_staged = 0, False
     self.mirrors = None  # Replicas' copies of the weights, made equal to the restored ones (_Run).
     self.memory_advice = ''  # What the planner says fits, said when memory runs out.
@@ -78,6 +78,10 @@ class TrainLoop:
       self.global_step.assign_add(tf.cast(out.is_finite, tf.int64))
     return out
 
+  def _LatestCheckpoint(self):
+    """The newest checkpoint, also before Restore() has made the manager."""
+    return self.manager.latest_checkpoint if self.manager else checkpointer.LatestCheckpoint(self.train_dir)
+
   @contextlib.contextmanager
   def _NameDeadWorkers(self, what):
     """On a remote cluster, turns a failed TensorFlow call into a ClusterError naming the workers that are gone."""
@@ -89,7 +93,7 @@ class TrainLoop:
       problems = self.cluster.Diagnose()
       if not problems:
         raise
-      latest = self.manager.latest_checkpoint
+      latest = self._LatestCheckpoint()
       raise errors.ClusterError(self.cluster.FailureMessage(
           problems, '%s failed (%s)' % (what, remote.ErrorSummary(e)),
           ' to resume from %s' % latest if latest else ' (no checkpoint was written yet)')) from e
@@ -100,7 +104,7 @@ class TrainLoop:
     try:
       yield
     except tf.errors.ResourceExhaustedError as e:
-      latest = self.manager.latest_checkpoint
+      latest = self._LatestCheckpoint()
       raise errors.OutOfMemoryError('%s ran out of memory (%s). %s%s' % (
           what, remote.ErrorSummary(e), 'The last checkpoint, %s, is whole; the same command resumes from it.' % latest
           if latest else 'No checkpoint was written yet.', ' ' + self.memory_advice if self.memory_advice else '')
@@ -277,10 +281,11 @@ class TrainLoop:
 
   def _Run(self, watchdog):
     p, tp = self.p, self.p.task.train
-    if not self.Restore() and tp.init_from_checkpoint:
-      self.Print(init_from_checkpoint.InitFromCheckpoint(
-          self.task, tp.init_from_checkpoint, [tuple(r) for r in tp.init_from_checkpoint_rules],
-          tp.init_from_checkpoint_exclude))
+    with self._NameDeadWorkers('Restoring the model'):
+      if not self.Restore() and tp.init_from_checkpoint:
+        self.Print(init_from_checkpoint.InitFromCheckpoint(
+            self.task, tp.init_from_checkpoint, [tuple(r) for r in tp.init_from_checkpoint_rules],
+            tp.init_from_checkpoint_exclude))
     step = int(self.global_step.numpy())
     self._MemoryAdvice()
     memory_budget.Tell(name='lingpipe-train', checkpoint=self.manager.latest_checkpoint, advice=self.memory_advice)
