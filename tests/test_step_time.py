@@ -62,7 +62,7 @@ def test_the_terms_are_measured_here_with_the_models_own_layer():
   times = layer_times.Measure(layers, [64, 128], 64, repeats=1, built=built)
   heaviest = layer_times.Heaviest(layers, [64, 128], times)
   unit = layer_times.RunsOnDevice(heaviest, built=built)
-  assert heaviest.input_shapes == tf.TensorShape([64, 128]) and heaviest.params.cls is layers[heaviest.index].cls
+  assert heaviest.inputs == tf.TensorSpec([64, 128], tf.float32) and heaviest.params.cls is layers[heaviest.index].cls
   devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
   from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top
   terms = step_time.Measure(unit, devices,
@@ -101,7 +101,7 @@ def test_a_split_backwards_cost_is_a_fraction_of_the_backward_not_of_the_step(mo
   import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
   steps = {'1f1b': 3.0, 'zero_bubble': 4.0}
   monkeypatch.setattr(call_costs, '_StepSeconds', lambda layers, inputs, batch, m, schedule, batch_dim: steps[schedule])
-  layer = layer_times.Layer(util.Tanh(2, 16)[1], tf.TensorShape([8, 16]), 1)
+  layer = layer_times.Layer(util.Tanh(2, 16)[1], tf.TensorSpec([8, 16], tf.float32), 1)
   times = layer_times.Times(8, (5.0, 1.0), (9.0, 2.0))  # the second layer's entry counts
   assert call_costs.SplitBackward(layer, 8, times) == pytest.approx(0.5)
   # A backward timed at 0 (noise on a loaded machine) counts as a third of the step, not as nothing.

@@ -71,7 +71,7 @@ def Plan(args, out=None):
   if args.speed_model == 'measured':
     from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
     times = functools.lru_cache(maxsize=None)(lambda size: layer_times.Measure(
-        layers, shapes, size, dtype=pipelines[0].fprop_dtype, batch_dim=pipe.batch_dim))
+        layers, shapes, size, dtype=pipelines[0].fprop_dtype, batch_dim=pipe.batch_dim, input_dtypes=pipe.input_dtypes))
   candidates = memory_plan.Candidates(layers, shapes, args.devices, batch, micro,
                                       balance=pipe.balance if not pipe.cell_tpl else 'uniform',
                                       slots=memory_plan.OptimizerSlots(p.task.train.optimizer),

@@ -127,6 +127,13 @@ def FloatDtype():
   return Check(Allows, 'a floating-point dtype (tf.float32, tf.bfloat16, tf.float16 or tf.float64)', Normalize)
 
 
+def DtypeNames():
+  """A dtype's name ('int32'), or a dict of them by input name."""
+  name = lambda v: isinstance(v, str) and tf.as_dtype(v) is not None
+  return Check(lambda v: name(v) or (isinstance(v, dict) and all(isinstance(k, str) and name(x) for k, x in v.items())),
+               "a dtype name or a dict of them by input name, e.g. {'ids': 'int32'}")
+
+
 def _Compiles(pattern):
   if not isinstance(pattern, str):
     return False

@@ -57,12 +57,12 @@ def _StepSeconds(layers, inputs, batch_size, num_micro, schedule, batch_dim=0, r
 MIN_BACKWARD_SHARE = 1 / 3  # The least share of a step SplitBackward takes a backward's to be.
 
 
-def SplitBackward(layer, batch_size, times, dtype=tf.float32, batch_dim=0):
+def SplitBackward(layer, batch_size, times, batch_dim=0):
   """What splitting a backward into BACKWARD and WEIGHT (zero bubble) adds to it, as a fraction of
   the backward: one cell of `layer` (a layer_times.Layer) stepped by zero bubble and by 1F1B at M=1.
   `times`: the model's layer_times.Times at `batch_size`, whose entry for the layer gives the
   backward's share of a step."""
-  inputs = layer_times.RandomInputs(layer.input_shapes, dtype)
+  inputs = layer_times.SampleInputs(layer.inputs)
   one = _StepSeconds([layer.params], inputs, batch_size, 1, '1f1b', batch_dim)
   split = _StepSeconds([layer.params], inputs, batch_size, 1, 'zero_bubble', batch_dim)
   forward, backward = times.forward[layer.index], times.backward[layer.index]

@@ -52,6 +52,7 @@ from lingpipe.gpipe.engine import phase_loop
 from lingpipe.gpipe.engine import remat
 from lingpipe.gpipe.engine import step_facts
 from lingpipe.gpipe.engine import train_step
+from lingpipe.gpipe.planner import layer_times
 from lingpipe.gpipe.planner import partition
 
 
@@ -76,6 +77,9 @@ class PipeliningLayer(base_layer.BaseLayer):
                 isinstance(n, int) for n in v)), 'a list of layer counts or a method name'))
     p.Define('input_shapes', None, "Shapes of one input batch (a list, or a dict of lists for NestedMap inputs); "
              "needed by balance='flops'/'time'/'memory' and by inspect's estimates.")
+    p.Define('input_dtypes', None, "Dtypes of the inputs that are not floating, for the planner's sample batch: a "
+             "name, or a dict of them by input_shapes' keys (e.g. {'ids': 'int32'}).", check=param_checks.OrNone(
+                 param_checks.DtypeNames()))
     p.Define('num_micro_batches', 1, "Number of micro-batches M per mini-batch, or 'auto'.",
              check=param_checks.OrAuto(param_checks.Int(1)))
     p.Define('micro_batch_size', 0, 'If > 0, M = batch size / micro_batch_size instead of num_micro_batches.')
@@ -88,11 +92,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     p.Define('schedule', 'gpipe', "Pipeline schedule: one of %s, or 'auto'." % ', '.join(schedule_lib.SCHEDULES))
     p.Define('virtual_stages', 1, "Cells per device v, for schedule='interleaved_1f1b': `layers` are cut into "
              'num_splits x v cells (with `cell_tpl`, len(cell_tpl) / v devices), cell c on device c mod num_splits.')
-    p.Define('loop_phases', True, "Run the steady ticks of GPipe's passes as one tf.while_loop, so graph size "
-             'and time to first step stay nearly flat in M (phase_loop.py), where the cells\' devices share one '
-             'process\'s memory (logical CPU devices); elsewhere (workers, GPUs) they run unrolled: a loop\'s '
-             'state lives on one device, so the other cells\' gradient sums and parameters would be copied to it '
-             'and back every iteration. False unrolls them everywhere.')
+    p.Define('loop_phases', True, "Run the steady ticks of GPipe's passes as one tf.while_loop (graph size and "
+             'time to first step nearly flat in M; phase_loop.py) where the cells share one process\'s memory '
+             '(logical CPU devices); elsewhere (workers, GPUs) unrolled: a loop\'s state lives on one device, so '
+             'the other cells\' sums and parameters would be copied to it and back. False: unrolled everywhere.')
     p.Define('devices', None, 'Device names for the cells: a list of K, or a list of K per replica; None takes '
              'the current cluster\'s mesh (the trainer\'s; locally: GPUs, else logical CPU devices; see '
              'lingpipe.distributed.cluster).')
@@ -214,13 +217,10 @@ class PipeliningLayer(base_layer.BaseLayer):
     return tf.TensorShape(shapes)
 
   def _SampleInputs(self):
-    """A random batch of input_shapes, for profiling layers (balance='time' or 'memory')."""
-    shapes = self._InputShapes()
-    if shapes is None:
-      return None
-    if isinstance(shapes, tf.TensorShape):
-      return tf.random.stateless_normal(shapes, [1, 2])
-    return shapes.Transform(lambda s: tf.random.stateless_normal(s, [1, 2]))
+    """A sample batch of input_shapes and input_dtypes, for profiling layers (balance='time' or 'memory')."""
+    shapes = self.params.input_shapes
+    return None if shapes is None else layer_times.SampleInputs(layer_times.Specs(
+        shapes, tf.float32, self.params.input_dtypes))
 
   @classmethod
   def FPropMeta(cls, params, *input_shapes):

@@ -136,7 +136,7 @@ def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_tex
   choice = auto_config.ChooseFor(layers, shapes, num_devices, fixed, budget, peak_of, fprop_dtype,
                                  dtype_size=net.params.dtype.size,
                                  slots=memory_plan.OptimizerSlots(p.task.train.optimizer), batch_dim=batch_dim,
-                                 log=log, measure=measure)
+                                 log=log, measure=measure, input_dtypes=net.params.input_dtypes)
   seconds = (datetime.datetime.now() - start).total_seconds()
   fields = auto_config.Fields(choice.chosen)
   for name in [n for n in FIELDS if n not in fixed] + ['virtual_stages']:

@@ -54,7 +54,8 @@ class MtParams(base_model_params.SingleTaskModelParams):
     shape = [self.BATCH_SIZE, self.MAX_LEN]  # The largest bucket: inspect's estimates, balance='flops'.
     fields = ('src_ids', 'src_paddings', 'tgt_ids', 'tgt_paddings', 'tgt_labels')
     p.network.Set(num_splits=self.NUM_SPLITS, num_micro_batches=self.NUM_MICRO_BATCHES, remat='always',
-                   balance='flops', input_shapes={k: shape for k in fields})
+                   balance='flops', input_shapes={k: shape for k in fields},
+                   input_dtypes={'src_ids': 'int32', 'tgt_ids': 'int32', 'tgt_labels': 'int32'})
     p.train.Set(optimizer=optimizer.Adam.Params().Set(beta1=0.9, beta2=0.98, epsilon=1e-9),
                 learning_rate=self.LEARNING_RATE,
                 lr_schedule=lr_schedule.TransformerSchedule.Params().Set(warmup_steps=self.WARMUP_STEPS,

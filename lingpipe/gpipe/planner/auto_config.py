@@ -127,10 +127,11 @@ class Predictions(NamedTuple):
 
 
 def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, fprop_dtype=None, dtype_size=4,
-            slots=0, batch_dim=0, log=None, measure=True) -> Predictions:
+            slots=0, batch_dim=0, log=None, measure=True, input_dtypes=None) -> Predictions:
   """Every Option the `fixed` fields allow, its step time predicted from the layers timed here at
   the batch's and each micro-batch's size and this machine's step_time.Terms on the first
-  `num_devices` local devices (`measure`; else the speed-ups are in flops)."""
+  `num_devices` local devices (`measure`; else the speed-ups are in flops). `input_dtypes`: the
+  pipeline's (its inputs that are not floating)."""
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
   times, plain, terms = None, None, None
   if measure:
@@ -149,7 +150,7 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
     def MeasureSize(size):
       start = time.perf_counter()
       measured[size] = layer_times.Measure(layer_params, input_shapes, size, dtype=dtype, batch_dim=batch_dim,
-                                           log=log, built=built)
+                                           log=log, built=built, input_dtypes=input_dtypes)
       took[size] = time.perf_counter() - start
 
     def Times(size):
@@ -180,7 +181,7 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
     heaviest = layer_times.Heaviest(layer_params, input_shapes, times_at_size, dtype, batch_dim)
     unit = layer_times.RunsOnDevice(heaviest, dtype, batch_dim, built)
     splits = (fixed or {}).get('schedule', 'zero_bubble') == 'zero_bubble'
-    call_terms = lambda: (call_costs.SplitBackward(heaviest, size, times_at_size, dtype, batch_dim) if splits else 0.0,
+    call_terms = lambda: (call_costs.SplitBackward(heaviest, size, times_at_size, batch_dim) if splits else 0.0,
                           call_costs.PerAction())
     terms = step_time.Measure(unit, _LocalDevices(num_devices), call_terms)
     plain = sum(Times(batch).forward) + sum(Times(batch).backward) + 2 * terms.per_action
@@ -190,10 +191,10 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
 
 
 def ChooseFor(layer_params, input_shapes, num_devices, fixed=None, budget=None, peak_of=None, fprop_dtype=None,
-              dtype_size=4, slots=0, batch_dim=0, log=None, measure=True) -> Choice:
+              dtype_size=4, slots=0, batch_dim=0, log=None, measure=True, input_dtypes=None) -> Choice:
   """Choose among what Predict gives: what lingpipe-train and lingpipe.keras.Pipeline run."""
   predicted = Predict(layer_params, input_shapes, num_devices, fixed, peak_of, fprop_dtype, dtype_size, slots,
-                      batch_dim, log, measure)
+                      batch_dim, log, measure, input_dtypes)
   return Choose(predicted.options, num_devices, budget, plain_seconds=predicted.plain_seconds,
                 terms=predicted.terms)
 

@@ -5,8 +5,10 @@ moves more bytes per flop than a matrix product, and a small micro-batch uses a 
 than a large one. Here each layer is built for real and run as a pipeline runs it (traced, in
 training, on a batch of the given size), so the planner can add the measured times of a cell's
 layers instead of their flops. The cost of calling a traced function is measured apart and left out,
-since a cell runs all its layers in one call. Layers of equal Params and input shapes are measured
-once (an AmoebaNet's repeated normal cells, a Transformer's layers).
+since a cell runs all its layers in one call. Each layer runs on what the layer before it gave (token
+ids stay integers, labels reach the loss), from a sample of the pipeline's inputs. Layers of equal
+Params and input specs are measured once (an AmoebaNet's repeated normal cells, a Transformer's
+layers).
 """
 
 import time
@@ -27,6 +29,7 @@ class Times(NamedTuple):
   batch_size: int
   forward: Tuple[float, ...]
   backward: Tuple[float, ...]  # the backward alone: forward and backward together, less the forward
+  inputs: Tuple[object, ...] = ()  # each layer's input specs (Specs') at a measured batch size, if known
 
 
 def _WithBatch(shapes, batch_size, batch_dim):
@@ -38,11 +41,34 @@ def _WithBatch(shapes, batch_size, batch_dim):
   return tf.TensorShape(dims)
 
 
-def RandomInputs(shapes, dtype):
-  """Random tensors (a NestedMap of them for a dict) shaped as `shapes`, in `dtype`."""
+def Specs(shapes, dtype, input_dtypes=None):
+  """tf.TensorSpecs (a NestedMap of them for a dict) of `shapes`, in `dtype` where `input_dtypes` (a dtype, or a
+  dict of them by the same keys, as PipeliningLayer's) names none."""
   if isinstance(shapes, dict):
-    return NestedMap({k: RandomInputs(v, dtype) for k, v in shapes.items()})
-  return tf.random.normal(tf.TensorShape(shapes).as_list(), dtype=dtype)
+    named = input_dtypes if isinstance(input_dtypes, dict) else {}
+    return NestedMap({k: Specs(v, dtype, named.get(k, None if named else input_dtypes)) for k, v in shapes.items()})
+  return tf.TensorSpec(tf.TensorShape(shapes), tf.as_dtype(input_dtypes or dtype))
+
+
+def _Rebatched(specs, batch_size, batch_dim):
+  def One(spec):
+    dims = spec.shape.as_list()
+    dims[batch_dim] = batch_size
+    return tf.TensorSpec(dims, spec.dtype)
+  return tf.nest.map_structure(One, specs)
+
+
+def SampleInputs(specs):
+  """Tensors as `specs` (Specs'): floating ones from a normal, the others zeros (valid ids and labels)."""
+  def One(spec):
+    if spec.dtype.is_floating:
+      return tf.random.normal(spec.shape, dtype=spec.dtype)
+    return tf.zeros(spec.shape, spec.dtype)
+  return tf.nest.map_structure(One, specs)
+
+
+def _SpecsOf(x):
+  return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), x)
 
 
 def Best(run, repeats):
@@ -80,13 +106,13 @@ class _Timed:
                             output_gradients=[tf.ones_like(t) for t in y])
       return [g for g in grads if g is not None]
 
-    self.forward = tf.function(lambda x: tf.nest.flatten(Forward(x)))
+    self.forward = tf.function(Forward)
     self.forward_backward = tf.function(ForwardBackward)
     # What calling a traced function costs: a cell calls its layers inside one, not one each.
     self.call = tf.function(tf.nest.flatten)
 
-  def Measure(self, shapes, dtype, repeats):
-    x = RandomInputs(shapes, dtype)
+  def Measure(self, x, repeats):
+    """(forward seconds, backward seconds) on inputs `x`."""
     # Cheap, and slow the first few times (allocations): timed more often than the layer, so that it
     # is not overstated and taken off the forward.
     call = Best(lambda: self.call(x), max(repeats, _CALL_REPEATS))
@@ -103,36 +129,55 @@ def _Text(p, index):
     return 'layer %d' % index
 
 
-def _Built(built, p, text, shapes, batch_dim, dtype):
-  """The _Timed layer of params `p` (text `text`) for inputs shaped `shapes`, from `built` or made into it."""
-  layer_key = (p.cls, text, repr(_WithBatch(shapes, 1, batch_dim)), dtype)
+def _Built(built, p, text, specs, batch_dim, dtype):
+  """The _Timed layer of params `p` (text `text`) for inputs as `specs`, from `built` or made into it."""
+  layer_key = (p.cls, text, repr(_Rebatched(specs, 1, batch_dim)), dtype)
   if layer_key not in built:
     built[layer_key] = _Timed(p)
   return built[layer_key]
 
 
-def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3, batch_dim=0, log=None, built=None):
+def _Run(index, p, fn, x):
+  """fn(x) for layer `index` (params `p`); a layer that cannot run on the sample inputs is one ConfigError."""
+  try:
+    return fn(x)
+  except (tf.errors.ResourceExhaustedError, MemoryError):
+    raise
+  except Exception as e:  # pylint: disable=broad-except  (a traced layer's error reaches here wrapped by AutoGraph)
+    raise errors.ConfigError(
+        'The planner could not run layer %d (%s) on a sample of its inputs (%s): %s. If the pipeline\'s inputs are '
+        'not all floating, name the others\' dtypes in its input_dtypes (e.g. {\'ids\': \'int32\'}).' % (
+            index, p.cls.__name__, ', '.join('%s %s' % (s.dtype.name, s.shape) for s in tf.nest.flatten(
+                _SpecsOf(x))), str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__)) from e
+
+
+def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3, batch_dim=0, log=None, built=None,
+            input_dtypes=None):
   """Times of each layer of `layer_params` (a flat list) on a batch of `batch_size` examples shaped
-  as `input_shapes` (the pipeline's, whatever their batch), computing in `dtype`. `log(text)` is
-  told of each layer measured. `built`: a dict kept across calls at several batch sizes, so that
-  each distinct layer is built and traced once for all of them."""
+  as `input_shapes` (the pipeline's, whatever their batch), computing in `dtype`; the inputs that
+  `input_dtypes` (PipeliningLayer's) names are of those dtypes. `log(text)` is told of each layer
+  measured. `built`: a dict kept across calls at several batch sizes, so that each distinct layer is
+  built and traced once for all of them."""
   dtype = tf.as_dtype(dtype)
-  shapes = _WithBatch(input_shapes, batch_size, batch_dim)
+  x = SampleInputs(Specs(_WithBatch(input_shapes, batch_size, batch_dim), dtype, input_dtypes))
   built = {} if built is None else built
-  measured, forward, backward = {}, [], []
+  measured, forward, backward, inputs = {}, [], [], []
   for i, p in enumerate(layer_params):
     p = p.Copy().Set(fprop_dtype=p.fprop_dtype or dtype)
     text = _Text(p, i)
-    key = (p.cls, text, repr(shapes))
+    specs = _SpecsOf(x)
+    timed = _Built(built, p, text, specs, batch_dim, dtype)
+    key = (p.cls, text, repr(specs))
     if key not in measured:
-      measured[key] = _Built(built, p, text, shapes, batch_dim, dtype).Measure(shapes, dtype, repeats)
+      measured[key] = _Run(i, p, lambda x: timed.Measure(x, repeats), x)  # pylint: disable=cell-var-from-loop
       if log:
         log('layer %d (%s): forward %.4f s, backward %.4f s at batch %d' % (
             i, p.cls.__name__, measured[key][0], measured[key][1], batch_size))
     forward.append(measured[key][0])
     backward.append(measured[key][1])
-    shapes = p.cls.FPropMeta(p, shapes).out_shapes[0]
-  return Times(batch_size, tuple(forward), tuple(backward))
+    inputs.append(specs)
+    x = _Run(i, p, timed.forward, x)
+  return Times(batch_size, tuple(forward), tuple(backward), tuple(inputs))
 
 
 def Interpolate(smaller, larger, batch_size):
@@ -140,41 +185,45 @@ def Interpolate(smaller, larger, batch_size):
   times linear in the batch size between them (a fixed cost and a cost per example)."""
   w = (batch_size - smaller.batch_size) / float(larger.batch_size - smaller.batch_size)
   mix = lambda a, b: tuple((1 - w) * x + w * y for x, y in zip(a, b))
-  return Times(batch_size, mix(smaller.forward, larger.forward), mix(smaller.backward, larger.backward))
+  return Times(batch_size, mix(smaller.forward, larger.forward), mix(smaller.backward, larger.backward),
+               larger.inputs)
 
 
 class Layer(NamedTuple):
-  """One of a model's layers as the pipeline runs it: its params (in the compute dtype) and input shapes."""
+  """One of a model's layers as the pipeline runs it: its params (in the compute dtype) and input specs."""
   params: object
-  input_shapes: object  # a shape, or a dict of them, at the measured batch size
+  inputs: object  # a tf.TensorSpec, or a NestedMap of them, at the measured batch size
   index: int  # its place in the model's flat list of layers
 
 
 def Heaviest(layer_params, input_shapes, times, dtype=tf.float32, batch_dim=0) -> Layer:
-  """The layer that `times` (Measure's) says takes longest, with its inputs' shapes at times.batch_size."""
+  """The layer that `times` (Measure's) says takes longest, with its inputs' specs at times.batch_size."""
   dtype = tf.as_dtype(dtype)
   costs = [f + b for f, b in zip(times.forward, times.backward)]
   heaviest = costs.index(max(costs))
-  shapes = _WithBatch(input_shapes, times.batch_size, batch_dim)
-  for p in layer_params[:heaviest]:
-    p = p.Copy().Set(fprop_dtype=p.fprop_dtype or dtype)
-    shapes = p.cls.FPropMeta(p, shapes).out_shapes[0]
   p = layer_params[heaviest].Copy()
-  return Layer(p.Set(fprop_dtype=p.fprop_dtype or dtype), shapes, heaviest)
+  p.Set(fprop_dtype=p.fprop_dtype or dtype)
+  if times.inputs:
+    return Layer(p, _Rebatched(times.inputs[heaviest], times.batch_size, batch_dim), heaviest)
+  shapes = _WithBatch(input_shapes, times.batch_size, batch_dim)  # Times made by hand: floating inputs.
+  for q in layer_params[:heaviest]:
+    q = q.Copy().Set(fprop_dtype=q.fprop_dtype or dtype)
+    shapes = q.cls.FPropMeta(q, shapes).out_shapes[0]
+  return Layer(p, Specs(shapes, dtype), heaviest)
 
 
 def RunsOnDevice(layer, dtype=tf.float32, batch_dim=0, built=None):
   """A function of a device name that runs, on that device, the forward and backward of `layer` (a
-  Layer, e.g. Heaviest's, measured with the same `built`) at its input shapes: a unit of this
-  model's own work."""
+  Layer, e.g. Heaviest's, measured with the same `built`) at its inputs: a unit of this model's own
+  work."""
   dtype = tf.as_dtype(dtype)
   built = {} if built is None else built
-  timed = _Built(built, layer.params, _Text(layer.params, layer.index), layer.input_shapes, batch_dim, dtype)
+  timed = _Built(built, layer.params, _Text(layer.params, layer.index), layer.inputs, batch_dim, dtype)
   inputs = {}
 
   def Run(device):
     with tf.device(device):
       if device not in inputs:
-        inputs[device] = RandomInputs(layer.input_shapes, dtype)
+        inputs[device] = SampleInputs(layer.inputs)
       tf.nest.map_structure(lambda t: t.numpy(), timed.forward_backward(inputs[device]))
   return Run
