@@ -100,7 +100,7 @@ def test_a_split_backwards_cost_is_a_fraction_of_the_backward_not_of_the_step(mo
   from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
   import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
   steps = {'1f1b': 3.0, 'zero_bubble': 4.0}
-  monkeypatch.setattr(call_costs, '_StepSeconds', lambda layers, inputs, batch, m, schedule, batch_dim: steps[schedule])
+  monkeypatch.setattr(call_costs, '_StepSeconds', lambda layers, inputs, m, schedule, batch_dim: steps[schedule])
   layer = layer_times.Layer(util.Tanh(2, 16)[1], tf.TensorSpec([8, 16], tf.float32), 1)
   times = layer_times.Times(8, (5.0, 1.0), (9.0, 2.0))  # the second layer's entry counts
   assert call_costs.SplitBackward(layer, 8, times) == pytest.approx(0.5)

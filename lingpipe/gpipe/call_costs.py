@@ -6,10 +6,9 @@ costs the same whatever it runs). planner/step_time.py says how a step predictio
 import tensorflow as tf
 
 from lingpipe.core import base_layer
-from lingpipe.core import context
 from lingpipe.core import weight_init
-from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe.planner import layer_times
+from lingpipe.gpipe.planner import step_trials
 
 
 class _Dense(base_layer.BaseLayer):
@@ -34,24 +33,10 @@ class _Dense(base_layer.BaseLayer):
     return base_layer.Meta(input_shape, 2 * input_shape[0] * params.dim * params.dim)
 
 
-def _StepSeconds(layers, inputs, batch_size, num_micro, schedule, batch_dim=0, repeats=5):
+def _StepSeconds(layers, inputs, num_micro, schedule, batch_dim=0, repeats=5):
   """Best-of-`repeats` seconds of a training step of a one-cell pipeline of `layers` on `inputs`."""
-  pipe = pipelining_layer.PipeliningLayer.Params().Set(
-      name='speed_terms', layers=[p.Copy() for p in layers], num_splits=1, num_micro_batches=num_micro,
-      remat='never', schedule=schedule, batch_dim=batch_dim).Instantiate()
-  targets = tf.zeros([batch_size])
-
-  def Loss(outputs, unused_targets):
-    flat = [t for t in tf.nest.flatten(outputs) if t.dtype.is_floating]
-    loss = tf.add_n([tf.reduce_mean(tf.square(tf.cast(t, tf.float32))) for t in flat])
-    return loss, {'loss': (loss, 1.0)}
-
-  @tf.function(autograph=False)
-  def Run():
-    with tf.GradientTape() as tape, context.Training(True):
-      loss, _ = pipe.FPropWithLoss(inputs, targets, Loss)
-    return tape.gradient(loss, pipe.trainable_variables)
-  return layer_times.Best(Run, repeats)
+  return step_trials.StepSeconds(layers, inputs, dict(num_splits=1, num_micro_batches=num_micro, remat='never',
+                                                      schedule=schedule), batch_dim=batch_dim, repeats=repeats)
 
 
 MIN_BACKWARD_SHARE = 1 / 3  # The least share of a step SplitBackward takes a backward's to be.
@@ -63,8 +48,8 @@ def SplitBackward(layer, batch_size, times, batch_dim=0):
   `times`: the model's layer_times.Times at `batch_size`, whose entry for the layer gives the
   backward's share of a step."""
   inputs = layer_times.SampleInputs(layer.inputs)
-  one = _StepSeconds([layer.params], inputs, batch_size, 1, '1f1b', batch_dim)
-  split = _StepSeconds([layer.params], inputs, batch_size, 1, 'zero_bubble', batch_dim)
+  one = _StepSeconds([layer.params], inputs, 1, '1f1b', batch_dim)
+  split = _StepSeconds([layer.params], inputs, 1, 'zero_bubble', batch_dim)
   forward, backward = times.forward[layer.index], times.backward[layer.index]
   # The steps' difference is the backward's extra; the backward is its share of the 1F1B step. A
   # backward computes about two products per forward one, so a share under a third is a timing's
@@ -78,7 +63,7 @@ def PerAction(width=512, layers=4, batch=512):
   M=1, less the layers' own times at each micro-batch size, per extra call."""
   stack = [_Dense.Params().Set(name='l%d' % i, dim=width) for i in range(layers)]
   inputs = tf.random.normal([batch, width], seed=2)
-  one, eight = (_StepSeconds(stack, inputs, batch, m, '1f1b') for m in (1, 8))
+  one, eight = (_StepSeconds(stack, inputs, m, '1f1b') for m in (1, 8))
   built = {}
   whole = layer_times.Measure(stack, [batch, width], batch, built=built)
   micro = layer_times.Measure(stack, [batch, width], batch // 8, built=built)

@@ -8,7 +8,7 @@ fixed; only those left to choose vary. runners/pipeline_choice.py applies this t
 """
 
 import time
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
@@ -17,6 +17,7 @@ from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe.planner import layer_times
 from lingpipe.gpipe.planner import memory_plan
 from lingpipe.gpipe.planner import step_time
+from lingpipe.gpipe.planner import step_trials
 
 MARGIN = 0.10  # Of the budget, kept free: the process predictions of dense stacks were within 4% of measured peaks.
 # Seconds of layer timing after the three anchor sizes during which the other micro-batch sizes are
@@ -42,6 +43,7 @@ class Choice(NamedTuple):
   plain_seconds: Optional[float]  # the plain model's predicted step, from the measured times
   num_devices: int
   terms: Optional[step_time.Terms] = None  # this machine's costs the step times include
+  trials: Tuple[step_trials.Trial, ...] = ()  # the configurations stepped here, and their measured seconds
 
 
 def MicroBatchChoices(batch_size, largest=32):
@@ -192,11 +194,42 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
 
 def ChooseFor(layer_params, input_shapes, num_devices, fixed=None, budget=None, peak_of=None, fprop_dtype=None,
               dtype_size=4, slots=0, batch_dim=0, log=None, measure=True, input_dtypes=None) -> Choice:
-  """Choose among what Predict gives: what lingpipe-train and lingpipe.keras.Pipeline run."""
+  """Choose among what Predict gives, then (`measure`) step the best predicted and the plain model and take the
+  fastest measured (Stepped): what lingpipe-train and lingpipe.keras.Pipeline run."""
   predicted = Predict(layer_params, input_shapes, num_devices, fixed, peak_of, fprop_dtype, dtype_size, slots,
                       batch_dim, log, measure, input_dtypes)
-  return Choose(predicted.options, num_devices, budget, plain_seconds=predicted.plain_seconds,
-                terms=predicted.terms)
+  choice = Choose(predicted.options, num_devices, budget, plain_seconds=predicted.plain_seconds,
+                  terms=predicted.terms)
+  if not measure:
+    return choice
+  return Stepped(choice, predicted.options, layer_params, input_shapes, fprop_dtype or 'float32', batch_dim,
+                 input_dtypes, log)
+
+
+def _IsPlain(option):
+  c = option.candidate
+  return c.num_splits == 1 and c.num_micro_batches == 1 and c.remat == 'never'
+
+
+def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, input_dtypes=None, log=None,
+            margin=MARGIN) -> Choice:
+  """`choice` remade from measured steps (step_trials.py): the plain model (where it is an option that fits) and
+  the best predicted options that fit, the fastest measured chosen."""
+  limit = choice.budget * (1 - margin) if choice.budget else float('inf')
+  fitting = [o for o in sorted(options, key=_Key, reverse=True) if o.peak <= limit]
+  plain = [o for o in fitting if _IsPlain(o)]
+  plain.sort(key=lambda o: o.candidate.schedule != 'gpipe')
+  others = [o for o in fitting if not _IsPlain(o)][:step_trials.MAX_CANDIDATES]
+  candidates = [(step_trials.PLAIN_LABEL, plain[0], Fields(plain[0]))] if plain else []
+  candidates += [(Describe(o), o, Fields(o)) for o in others]
+  batch = memory_plan.BatchSize(input_shapes, batch_dim)
+  trials = step_trials.Run(candidates, layer_params, input_shapes, batch, dtype, _LocalDevices(choice.num_devices),
+                           batch_dim, input_dtypes, log=log)
+  measured = sorted((t for t in trials if t.seconds is not None), key=lambda t: t.seconds)
+  if not measured:
+    return choice._replace(trials=tuple(trials))
+  runner_up = measured[1].option if len(measured) > 1 else choice.runner_up
+  return choice._replace(chosen=measured[0].option, runner_up=runner_up, trials=tuple(trials))
 
 
 def _LocalDevices(num_devices):
@@ -222,26 +255,40 @@ def Describe(option) -> str:
 
 
 def Report(choice, what='peak') -> List[str]:
-  """The lines the trainer prints: the choice, the runner-up and the fastest rejected for memory,
-  each with its predicted peak (`what` says whose) and step time."""
+  """The lines the trainer prints: the choice, the runner-up, the others stepped and the fastest rejected for
+  memory, each with its predicted peak (`what` says whose), its predicted and stepped step time and speed-up."""
   budget = choice.budget
   limit = budget * (1 - MARGIN) if budget else None
-  lines = ['%-10s %-58s %16s %8s %9s' % ('', 'configuration', what + ' MiB', 'step s', 'speed-up')]
+  stepped = {id(t.option): t for t in choice.trials}
+  plain = next((t.seconds for t in choice.trials if t.label == step_trials.PLAIN_LABEL), None)
+  lines = ['%-10s %-58s %16s %11s %9s %9s' % ('', 'configuration', what + ' MiB', 'predicted s', 'stepped s',
+                                              'speed-up')]
 
   def Row(label, option, note=''):
-    seconds = '%.3f' % option.step_seconds if option.step_seconds is not None else '-'
-    lines.append('%-10s %-58s %16.1f %8s %8.2fx%s' % (label, Describe(option), option.peak / 2**20, seconds,
-                                                         option.candidate.speedup, note))
+    predicted = '%.3f' % option.step_seconds if option.step_seconds is not None else '-'
+    trial = stepped.get(id(option))
+    seconds = trial.seconds if trial is not None else None
+    speedup = plain / seconds if plain and seconds else option.candidate.speedup
+    lines.append('%-10s %-58s %16.1f %11s %9s %8.2fx%s' % (
+        label, Describe(option), option.peak / 2**20, predicted, '%.3f' % seconds if seconds else
+        (trial.error[:9] if trial is not None else '-'), speedup, note))
 
   Row('chosen', choice.chosen)
+  shown = {id(choice.chosen)}
   if choice.runner_up is not None:
     Row('runner-up', choice.runner_up)
+    shown.add(id(choice.runner_up))
+  for t in choice.trials:
+    if t.option is not None and id(t.option) not in shown:
+      Row('plain' if t.label == step_trials.PLAIN_LABEL else 'stepped', t.option)
   if choice.rejected is not None:
     Row('rejected', choice.rejected, '  (over %.0f MiB)' % (limit / 2**20))
+  if plain:
+    lines.append('(stepped here: 3 training steps of each on a sample batch, the best kept; the fastest is chosen; '
+                 'speed-ups of those stepped are against the plain model\'s %.3f s, of the others predicted)' % plain)
   if choice.plain_seconds is not None:
-    lines.append('(the plain model, one device, no micro-batches: %.3f s predicted; speed-ups against it)' %
-                 choice.plain_seconds)
+    lines.append('(the plain model, one device, no micro-batches: %.3f s predicted%s)' % (
+        choice.plain_seconds, '' if plain else '; speed-ups against it'))
   if choice.terms is not None:
     lines.append('(measured here: %s)' % step_time.Describe(choice.terms))
   return lines
-

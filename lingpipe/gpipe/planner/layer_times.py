@@ -67,6 +67,11 @@ def SampleInputs(specs):
   return tf.nest.map_structure(One, specs)
 
 
+def SampleBatch(input_shapes, batch_size, dtype, input_dtypes=None, batch_dim=0):
+  """SampleInputs of a batch of `batch_size` shaped as `input_shapes` (any batch), as Specs makes them."""
+  return SampleInputs(Specs(_WithBatch(input_shapes, batch_size, batch_dim), dtype, input_dtypes))
+
+
 def _SpecsOf(x):
   return tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), x)
 
@@ -159,7 +164,7 @@ def Measure(layer_params, input_shapes, batch_size, dtype=tf.float32, repeats=3,
   measured. `built`: a dict kept across calls at several batch sizes, so that each distinct layer is
   built and traced once for all of them."""
   dtype = tf.as_dtype(dtype)
-  x = SampleInputs(Specs(_WithBatch(input_shapes, batch_size, batch_dim), dtype, input_dtypes))
+  x = SampleBatch(input_shapes, batch_size, dtype, input_dtypes, batch_dim)
   built = {} if built is None else built
   measured, forward, backward, inputs = {}, [], [], []
   for i, p in enumerate(layer_params):
