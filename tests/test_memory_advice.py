@@ -19,8 +19,10 @@ def calibrated(monkeypatch):
       model, model, process_memory.ProcessModel(300 * _MIB, 0), 'test machine', 'today'))
 
 
-def _Params(override=''):
-  return run_params.BuildModelParams('synthetic.DenseStack', override='task.hidden_dim=2048;task.num_layers=12' + (
+def _Params(override="task.network.remat='never';task.network.num_micro_batches=1"):
+  """Where configurations differ in memory: activations outweigh weights (in a dense stack all hold about the
+  weights, so where one died at the budget the advice is more workers)."""
+  return run_params.BuildModelParams('synthetic.LongSequenceTransformer', override='task.num_layers=4' + (
       ';' + override if override else ''))
 
 
@@ -41,3 +43,28 @@ def test_the_advice_at_a_memory_death_never_names_what_just_died(calibrated):  #
   assert abs(float(raised.group(1)) - 100 * (1536 / float(raised.group(3)) - 1)) <= 1, second
   # What it names fits the budget with its predictions raised so.
   assert float(re.search(r'\(predicted peak (\d+) MiB\)', second).group(1)) <= 1536, second
+
+
+def test_the_advice_plan_pipeline_and_pipeline_auto_pick_alike(calibrated):  # pylint: disable=unused-argument
+  """One rule (memory_plan.Recommend): the same margin, M among the batch's divisors, the fastest predicted that
+  fits, then the least memory; here with speeds from flops (--pipeline=auto then steps the best, step_trials.py).
+  The advice leaves out the configuration that ran (K=1 here, so not a candidate of K=2's)."""
+  from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import auto_config  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
+  budget = 1536 * _MIB
+  p = _Params("task.network.num_splits=1;task.network.num_micro_batches=1;task.network.remat='never'")
+  advice = _Override(process_memory.Advice(p, budget, 2, False))
+  model = process_memory.Load().trainer
+  peak_of = lambda c: max(memory_plan.ProcessPeaks(c, model, one_process=True))
+  with base_layer.AbstractVariables():
+    net = p.task.Instantiate().network
+  layers, shapes = [unit.params for unit in net.units], net.params.input_shapes
+  slots = memory_plan.OptimizerSlots(p.task.train.optimizer)
+  candidates = [c for c in memory_plan.Candidates(layers, shapes, 2, memory_plan.BatchSize(shapes, 0), slots=slots,
+                                                  balance='uniform') if c.num_splits == 2]
+  recommended = memory_plan.Recommend(candidates, budget, peak_of)
+  chosen = auto_config.ChooseFor(layers, shapes, 2, {'balance': 'uniform', 'num_splits': 2}, budget, peak_of,
+                                 slots=slots, measure=False).chosen
+  assert recommended.Override() == chosen.candidate.Override() == advice, (recommended.Override(), advice)
+  assert memory_plan.Fits(peak_of(recommended), budget) and not memory_plan.Fits(budget, budget)

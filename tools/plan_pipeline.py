@@ -7,7 +7,8 @@ r"""Memory planner: which pipeline configurations of a registered model fit, and
 For every remat policy, K <= --devices and M in --micro_batches that divides the batch, it prints the predicted
 peak memory of the fullest device (weights, gradients, optimizer slots, what the schedule stashes, one
 micro-batch's working set), the bubble and the predicted speed-up over the plain model on one device, and
-recommends the fastest configuration that fits (lingpipe/gpipe/planner/memory_plan.py says how, and what it assumes).
+recommends the fastest configuration that fits the budget less 10%, as --pipeline=auto ranks them
+(lingpipe/gpipe/planner/memory_plan.py says how, and what it assumes).
 It builds nothing real and runs nothing: the model's layers are read from their FPropMeta and an abstract build.
 With --speed_model=measured, speed-ups come from each layer's times measured on this machine instead of flops
 (the layers are then built and run, at the batch's and each micro-batch's size).
@@ -33,7 +34,8 @@ def _Args(argv):
                       'once and kept; runners/process_memory.py), one process holding every device (local logical '
                       'devices), or each device\'s own memory (accelerators). Default: workers on a machine without '
                       'GPUs, else devices.')
-  parser.add_argument('--micro_batches', default='1,2,4,8,16,32', help='Values of M to consider.')
+  parser.add_argument('--micro_batches', default='', help='Values of M to consider (default: the divisors of the '
+                      'batch up to 32, as --pipeline=auto considers).')
   parser.add_argument('--model_params_override', default='', help='Params text applied on top of the model\'s.')
   parser.add_argument('--all', action='store_true', help='List the configurations that do not fit too.')
   parser.add_argument('--speed_model', default='flops', choices=('flops', 'measured'),
@@ -66,7 +68,7 @@ def Plan(args, out=None):
                              'batch\'s shapes for the planner.' % (args.model, pipelines[0].path))
   batch = memory_plan.BatchSize(shapes, pipe.batch_dim)
   device_memory = memory_plan.ParseBytes(args.device_memory) if args.device_memory else None
-  micro = [int(m) for m in args.micro_batches.split(',') if m]
+  micro = [int(m) for m in args.micro_batches.split(',') if m] or list(memory_plan.MicroBatchChoices(batch))
   times = None
   if args.speed_model == 'measured':
     from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
@@ -77,7 +79,7 @@ def Plan(args, out=None):
                                       slots=memory_plan.OptimizerSlots(p.task.train.optimizer),
                                       dtype_size=pipe.dtype.size, fprop_dtype=pipelines[0].fprop_dtype, times=times)
   peak_of, where = _ProcessPeak(args, out)
-  fits = (lambda c: peak_of(c) <= device_memory) if device_memory else (lambda c: True)
+  fits = (lambda c: memory_plan.Fits(peak_of(c), device_memory)) if device_memory else (lambda c: True)
   shown = candidates if args.all or not device_memory else [c for c in candidates if fits(c)]
   print('# %s: %d layers, batch %d, %d device(s)%s, weights %s, computes in %s; peak = the fullest device '
         '(MiB)%s' % (args.model, len(layers), batch, args.devices, ' of ' + args.device_memory if device_memory else '',
@@ -95,7 +97,7 @@ def Plan(args, out=None):
   best = memory_plan.Recommend(candidates, device_memory, peak_of)
   if best is None:
     smallest = min(candidates, key=peak_of)
-    print('Nothing fits in %s: the smallest peak is %.1f MiB (remat=%s, K=%d, M=%d). Use more devices or more '
+    print('Nothing fits in %s less 10%%: the smallest peak is %.1f MiB (remat=%s, K=%d, M=%d). Use more devices or more '
           'memory.' % (args.device_memory, peak_of(smallest) / 2**20, smallest.remat, smallest.num_splits,
                        smallest.num_micro_batches), file=out)
   else:

@@ -19,7 +19,7 @@ from lingpipe.gpipe.planner import memory_plan
 from lingpipe.gpipe.planner import step_time
 from lingpipe.gpipe.planner import step_trials
 
-MARGIN = 0.10  # Of the budget, kept free: the process predictions of dense stacks were within 4% of measured peaks.
+MARGIN = memory_plan.MARGIN  # Of the budget, kept free (the same for every chooser).
 # Seconds of layer timing after the three anchor sizes during which the other micro-batch sizes are
 # timed too rather than interpolated: a dense stack's bfloat16 kernels here are not linear in rows,
 # and every size of it takes a few seconds; AmoebaNet-D's anchors alone take most of its minute.
@@ -46,13 +46,11 @@ class Choice(NamedTuple):
   trials: Tuple[step_trials.Trial, ...] = ()  # the configurations stepped here, and their measured seconds
 
 
-def MicroBatchChoices(batch_size, largest=32):
-  """The values of M to consider: the divisors of the batch up to `largest`."""
-  return tuple(m for m in range(1, min(batch_size, largest) + 1) if batch_size % m == 0)
+MicroBatchChoices = memory_plan.MicroBatchChoices
 
 
 def _Key(option):
-  return (round(option.candidate.speedup, 3), -option.peak)
+  return memory_plan.RankKey(option.candidate.speedup, option.peak)
 
 
 def Options(layer_params, input_shapes, batch_size, num_devices, fixed, peak_of=None, times=None, slots=0,
@@ -95,15 +93,15 @@ def Choose(options, num_devices, budget=None, margin=MARGIN, plain_seconds=None,
   if not options:
     raise errors.ConfigError('No pipeline configuration to choose from: the fixed fields allow none (K at most %d '
                              'devices, M a divisor of the batch).' % num_devices)
-  limit = budget * (1 - margin) if budget else float('inf')
-  ranked = sorted(options, key=_Key, reverse=True)
-  fitting = [o for o in ranked if o.peak <= limit]
+  ranked = sorted(options, key=_Key, reverse=True)  # The rule of memory_plan.Recommend, on options.
+  fits = lambda o: not budget or memory_plan.Fits(o.peak, budget, margin)
+  fitting = [o for o in ranked if fits(o)]
   if not fitting:
     smallest = min(options, key=lambda o: o.peak)
     raise NothingFits(smallest, budget, margin)
   chosen = fitting[0]
   runner_up = fitting[1] if len(fitting) > 1 else None
-  rejected = next((o for o in ranked if o.peak > limit), None)
+  rejected = next((o for o in ranked if not fits(o)), None)
   if rejected is not None and _Key(rejected) <= _Key(chosen):
     rejected = None
   return Choice(chosen, runner_up, rejected, budget, plain_seconds, num_devices, terms)
@@ -215,8 +213,8 @@ def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, inp
             margin=MARGIN) -> Choice:
   """`choice` remade from measured steps (step_trials.py): the plain model (where it is an option that fits) and
   the best predicted options that fit, the fastest measured chosen."""
-  limit = choice.budget * (1 - margin) if choice.budget else float('inf')
-  fitting = [o for o in sorted(options, key=_Key, reverse=True) if o.peak <= limit]
+  fitting = [o for o in sorted(options, key=_Key, reverse=True)
+             if not choice.budget or memory_plan.Fits(o.peak, choice.budget, margin)]
   plain = [o for o in fitting if _IsPlain(o)]
   plain.sort(key=lambda o: o.candidate.schedule != 'gpipe')
   others = [o for o in fitting if not _IsPlain(o)][:step_trials.MAX_CANDIDATES]

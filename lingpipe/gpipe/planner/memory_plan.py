@@ -276,16 +276,18 @@ def PredictedSpeedup(layers, counts, num_micro, remat, schedule='gpipe', num_dev
   return plain / pipelined if pipelined else 1.0
 
 
-def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batches=(1, 2, 4, 8, 16, 32),
+def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batches=None,
                remats=schedule_lib.REMAT_POLICIES, balance='flops', slots=0, dtype_size=4,
                schedules=schedule_lib.SCHEDULES, virtual_stages=(2,), fprop_dtype=None, times=None, terms=None):
-  """Every (schedule, remat, K <= num_devices, M dividing batch_size) configuration;
+  """Every (schedule, remat, K <= num_devices, M of `micro_batches` dividing batch_size; default
+  MicroBatchChoices) configuration;
   'interleaved_1f1b' with each of `virtual_stages` cells per device (K x v cells at most the number
   of layers). `balance` a list: the layers per cell of one cut, planned for the K (and v) it fits;
   'time' with `times`: cut by the measured times. `times`: None (speed-ups from flops) or a function
   of a batch size returning layer_times.Times of the layers at that size (speed-ups from measured
   times, with this machine's step_time.Terms `terms`)."""
   layers = DescribeLayers(layer_params, input_shapes, dtype_size, fprop_dtype=fprop_dtype)
+  micro_batches = MicroBatchChoices(batch_size) if micro_batches is None else micro_batches
   measured_costs = None
   if balance == 'time' and times is not None:  # Each layer's measured forward and backward at the whole batch.
     measured_costs = [f + b for f, b in zip(times(batch_size).forward, times(batch_size).backward)]
@@ -318,15 +320,34 @@ def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batche
   return candidates
 
 
-def Recommend(candidates, device_memory, peak_of=None):
-  """The fitting candidate with the highest predicted speed-up (then the least memory), or None.
-  `peak_of` (default: the fullest device's peak) predicts what must fit in `device_memory`: a
-  process's (ProcessPeaks)."""
+# Of a budget, kept free by every chooser: the process predictions of dense stacks were within 4% of measured peaks.
+MARGIN = 0.10
+
+
+def MicroBatchChoices(batch_size, largest=32):
+  """The values of M every chooser considers: the divisors of the batch up to `largest`."""
+  return tuple(m for m in range(1, min(batch_size, largest) + 1) if batch_size % m == 0)
+
+
+def RankKey(speedup, peak):
+  """How every chooser ranks configurations: the fastest predicted, then the least memory."""
+  return (round(speedup, 3), -peak)
+
+
+def Fits(peak, budget, margin=MARGIN):
+  """Whether a predicted `peak` is within `budget` less the margin every chooser keeps."""
+  return peak <= budget * (1 - margin)
+
+
+def Recommend(candidates, budget, peak_of=None, margin=MARGIN):
+  """The one rule of --pipeline=auto's ranking, --mode=inspect, plan_pipeline.py and the advice at a memory death:
+  of the candidates whose peak (`peak_of`, default the fullest device's; a process's with ProcessPeaks) fits
+  `budget` less the margin, the fastest predicted, then the least memory; None if none fits."""
   peak_of = peak_of or (lambda c: c.peak)
-  fitting = [c for c in candidates if peak_of(c) <= device_memory]
+  fitting = [c for c in candidates if Fits(peak_of(c), budget, margin)]
   if not fitting:
     return None
-  return max(fitting, key=lambda c: (round(c.speedup, 3), -peak_of(c)))
+  return max(fitting, key=lambda c: RankKey(c.speedup, peak_of(c)))
 
 
 def ProcessPeaks(candidate, process, one_process=False):
@@ -363,6 +384,6 @@ def Table(candidates, device_memory=None, peak_of=None) -> List[str]:
     if peak_of:
       line += '  %12.1f' % (peak_of(c) / 2**20)
     if device_memory:
-      line += '  %s' % ('yes' if (peak_of or (lambda x: x.peak))(c) <= device_memory else 'no')
+      line += '  %s' % ('yes' if Fits((peak_of or (lambda x: x.peak))(c), device_memory) else 'no')
     lines.append(line)
   return lines
