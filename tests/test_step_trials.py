@@ -12,14 +12,15 @@ _LAYERS, _SHAPES = util.Tanh(6, 64), [24, 64]
 
 
 def _Stepped(monkeypatch, seconds_of, budget=None):
-  """Stepped's choice among the planner's options, with StepSeconds replaced by seconds_of(fields)."""
+  """Stepped's choice among the planner's options, with a step's seconds replaced by seconds_of(fields)."""
   stepped = []
 
-  def Fake(layer_params, inputs, fields, devices=None, batch_dim=0, repeats=3):
-    del layer_params, inputs, devices, batch_dim, repeats
+  def Stepper(layer_params, inputs, fields, devices=None, batch_dim=0):
+    del layer_params, inputs, devices, batch_dim
     stepped.append(dict(fields))
-    return seconds_of(fields)
-  monkeypatch.setattr(step_trials, 'StepSeconds', Fake)
+    return lambda: fields
+  monkeypatch.setattr(step_trials, 'Stepper', Stepper)
+  monkeypatch.setattr(step_trials, 'Seconds', lambda step, repeats=3: seconds_of(step()))
   options = auto_config.Options(_LAYERS, _SHAPES, 24, 2, {})
   choice = auto_config.Choose(options, 2, budget)
   return choice, auto_config.Stepped(choice, options, _LAYERS, _SHAPES, 'float32'), stepped
@@ -75,3 +76,16 @@ def test_a_real_step_is_timed(fields):
   devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
   inputs = tf.random.normal([24, 64])
   assert step_trials.StepSeconds(_LAYERS, inputs, fields, devices, repeats=1) > 0
+
+
+def test_the_plain_model_is_stepped_again_at_the_end_and_its_best_kept(monkeypatch):
+  """A process's first trial can run slower (the plain model is stepped first)."""
+  plain_calls = []
+
+  def Seconds(fields):
+    if _IsPlain(fields):
+      plain_calls.append(1)
+      return 3.0 if len(plain_calls) == 1 else 1.5
+    return 2.0
+  _, choice, _ = _Stepped(monkeypatch, Seconds)
+  assert len(plain_calls) == 2 and choice.trials[0].seconds == 1.5 and _IsPlain(auto_config.Fields(choice.chosen))
