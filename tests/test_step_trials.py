@@ -89,3 +89,10 @@ def test_the_plain_model_is_stepped_again_at_the_end_and_its_best_kept(monkeypat
     return 2.0
   _, choice, _ = _Stepped(monkeypatch, Seconds)
   assert len(plain_calls) == 2 and choice.trials[0].seconds == 1.5 and _IsPlain(auto_config.Fields(choice.chosen))
+
+
+def test_a_gain_within_the_noise_keeps_the_plain_model(monkeypatch):
+  _, choice, _ = _Stepped(monkeypatch, lambda f: 1.0 if _IsPlain(f) else 0.97)
+  assert _IsPlain(auto_config.Fields(choice.chosen))
+  _, choice, _ = _Stepped(monkeypatch, lambda f: 1.0 if _IsPlain(f) else 0.9)
+  assert not _IsPlain(auto_config.Fields(choice.chosen))

@@ -226,6 +226,10 @@ def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, inp
   measured = sorted((t for t in trials if t.seconds is not None), key=lambda t: t.seconds)
   if not measured:
     return choice._replace(trials=tuple(trials))
+  plain_trial = [t for t in measured if t.label == step_trials.PLAIN_LABEL]
+  if plain_trial and measured[0].seconds > plain_trial[0].seconds * (1 - step_trials.MIN_GAIN):
+    measured.remove(plain_trial[0])  # Within the noise of the plain model: the plain model.
+    measured.insert(0, plain_trial[0])
   runner_up = measured[1].option if len(measured) > 1 else choice.runner_up
   return choice._replace(chosen=measured[0].option, runner_up=runner_up, trials=tuple(trials))
 

@@ -20,6 +20,9 @@ from lingpipe.gpipe.planner import layer_times
 # always stepped): tracing a candidate's step costs more than its steps.
 TRIAL_SECONDS = 30.0
 MAX_CANDIDATES = 3  # the best predicted that fit, beside the plain model
+# A configuration is taken over the plain model only when it stepped this much faster: nearer is the noise of a
+# shared machine (best-of-3 steps here swing a few percent), and the plain model costs nothing to run.
+MIN_GAIN = 0.05
 
 
 def _Loss(outputs, unused_targets):
