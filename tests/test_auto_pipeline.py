@@ -126,22 +126,28 @@ def test_a_model_without_a_pipeline_is_refused(capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_keras_pipeline_chooses_when_made_shows_it_in_summary_and_saves_the_choice():
+def test_a_keras_pipeline_chooses_at_the_first_fit_shows_it_in_summary_and_saves_the_choice(capsys):
   import keras  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   import lingpipe.keras as lk  # pylint: disable=g-import-not-at-top
   model = keras.Sequential([keras.Input((32,))] + [keras.layers.Dense(64, activation='relu') for _ in range(3)] +
                            [keras.layers.Dense(4)])
-  pipelined = lk.Pipeline(model, num_splits='auto', num_micro_batches='auto', remat='never', batch_size=16,
-                          device_memory='64MiB')
+  pipelined = lk.Pipeline(model, num_splits='auto', num_micro_batches='auto', remat='never', device_memory='64MiB')
+  shown = []
+  pipelined.summary(print_fn=lambda line, *unused: shown.append(line))
+  assert any("chosen at the first fit" in line for line in shown)
+  with pytest.raises(errors.ConfigError, match=r"chosen from the first batch of fit, evaluate, predict"):
+    pipelined.cells()
+  pipelined.compile(optimizer='adam', loss=keras.losses.MeanSquaredError())
+  history = pipelined.fit(np.ones((32, 32), np.float32), np.zeros((32, 4), np.float32), batch_size=16, verbose=0)
+  assert np.isfinite(history.history['loss'][0])
+  assert 'Chosen for num_splits, num_micro_batches' in capsys.readouterr().out
+  assert len(pipelined.trainable_variables) == 8  # The pipeline's units alone: 4 Dense layers' kernels and biases.
   shown = []
   pipelined.summary(print_fn=lambda line, *unused: shown.append(line))
   assert any('Chosen for num_splits, num_micro_batches' in line for line in shown)
   config = pipelined.get_config()
   assert isinstance(config['num_splits'], int) and isinstance(config['num_micro_batches'], int)
-  assert config['remat'] == 'never' and 16 % config['num_micro_batches'] == 0
-  pipelined.compile(optimizer='adam', loss=keras.losses.MeanSquaredError())
-  history = pipelined.fit(np.ones((32, 32), np.float32), np.zeros((32, 4), np.float32), batch_size=16, verbose=0)
-  assert np.isfinite(history.history['loss'][0])
-  with pytest.raises(errors.ConfigError, match=r"'auto' plans from one batch's shape: pass batch_size="):
-    lk.Pipeline(model, num_splits='auto')
+  assert config['remat'] == 'never' and 16 % config['num_micro_batches'] == 0  # From fit's batch of 16.
+  again = pipelined.fit(np.ones((32, 32), np.float32), np.zeros((32, 4), np.float32), batch_size=16, verbose=0)
+  assert np.isfinite(again.history['loss'][0]) and 'Chosen for' not in capsys.readouterr().out  # Chosen once.

@@ -1,14 +1,16 @@
 """What a pipeline's cell calls cost on this machine beyond its layers' times, measured with a real
 pipeline: the planner's step_time.Terms split_backward (with the model's own heaviest layer, since
 how much splitting a backward costs depends on the layer) and per_action (with a dense stack: a call
-costs the same whatever it runs). planner/step_time.py says how a step prediction uses them."""
+costs the same whatever it runs). planner/step_time.py says how a step prediction uses them. Stepper is a real
+pipeline's training step, which the planner also steps its best candidates with (planner/step_trials.py)."""
 
 import tensorflow as tf
 
 from lingpipe.core import base_layer
+from lingpipe.core import context
 from lingpipe.core import weight_init
+from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe.planner import layer_times
-from lingpipe.gpipe.planner import step_trials
 
 
 class _Dense(base_layer.BaseLayer):
@@ -33,10 +35,46 @@ class _Dense(base_layer.BaseLayer):
     return base_layer.Meta(input_shape, 2 * input_shape[0] * params.dim * params.dim)
 
 
+def _Loss(outputs, unused_targets):
+  flat = [t for t in tf.nest.flatten(outputs) if t.dtype.is_floating]
+  loss = tf.add_n([tf.reduce_mean(tf.square(tf.cast(t, tf.float32))) for t in flat])
+  return loss, {'loss': (loss, 1.0)}
+
+
+def Stepper(layer_params, inputs, fields, devices=None, batch_dim=0):
+  """A function that runs one training step (forward, loss, backward) of `layer_params` piped as `fields`
+  (PipeliningLayer values: num_splits, num_micro_batches, remat, schedule, balance, virtual_stages) on `devices`
+  (None: the current mesh), on `inputs`; traced at its first call."""
+  pipe = pipelining_layer.PipeliningLayer.Params().Set(
+      name='trial', layers=[p.Copy() for p in layer_params], batch_dim=batch_dim, **fields)
+  if devices is not None:
+    pipe.devices = list(devices[:fields.get('num_splits', 1)])
+  pipe = pipe.Instantiate()
+  batch = tf.shape(tf.nest.flatten(inputs)[0])[batch_dim]
+  targets = tf.zeros([batch])
+
+  @tf.function(autograph=False)
+  def Step():
+    with tf.GradientTape() as tape, context.Training(True):
+      loss, _ = pipe.FPropWithLoss(inputs, targets, _Loss)
+    return tape.gradient(loss, pipe.trainable_variables)
+  return Step
+
+
+def StepSeconds(layer_params, inputs, fields, devices=None, batch_dim=0, repeats=3):
+  """Best-of-`repeats` seconds of a Stepper's step, after one untimed step."""
+  return Seconds(Stepper(layer_params, inputs, fields, devices, batch_dim), repeats)
+
+
+def Seconds(step, repeats=3):
+  """The best of `repeats` timed calls of step(), after one untimed call."""
+  return layer_times.Best(step, repeats)
+
+
 def _StepSeconds(layers, inputs, num_micro, schedule, batch_dim=0, repeats=5):
   """Best-of-`repeats` seconds of a training step of a one-cell pipeline of `layers` on `inputs`."""
-  return step_trials.StepSeconds(layers, inputs, dict(num_splits=1, num_micro_batches=num_micro, remat='never',
-                                                      schedule=schedule), batch_dim=batch_dim, repeats=repeats)
+  return StepSeconds(layers, inputs, dict(num_splits=1, num_micro_batches=num_micro, remat='never',
+                                          schedule=schedule), batch_dim=batch_dim, repeats=repeats)
 
 
 MIN_BACKWARD_SHARE = 1 / 3  # The least share of a step SplitBackward takes a backward's to be.

@@ -46,9 +46,9 @@ class Pipeline(keras.Model):
     replica. The gradients are those of the whole batch, as with R=1.
   input_names: the names of a model's several inputs, in the order a list of inputs gives them (default: a
     functional model's own; set for a list of units whose first takes a dict).
-  num_splits, num_micro_batches, remat, schedule, balance: each may be 'auto': chosen when the Pipeline is made, as
-    lingpipe-train --pipeline=auto chooses (auto_choice.py; needs the batch size: `batch_size`, or the input
-    shape's first dimension); `summary()` shows the choice, and get_config() saves it.
+  num_splits, num_micro_batches, remat, schedule, balance: each may be 'auto': chosen at the first fit (or
+    evaluate, predict, eager call) from its batch and the dtype policy, as lingpipe-train --pipeline=auto chooses
+    (auto_choice.py); it prints the choice, `summary()` shows it, and get_config() saves it.
   device_memory: with 'auto', the memory of one device (bytes, or text such as '2GiB') the choice must fit.
   balance: how units are placed in cells (PipeliningLayer's balance). Default: 'flops' (each unit's estimated
     forward flops) where the input shape is known, else 'uniform' (unit counts). A Keras model often starts with
@@ -82,40 +82,80 @@ class Pipeline(keras.Model):
     chosen = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat, schedule=schedule,
                   balance=balance)
     self._choice = None  # The report of what was chosen for fields given as 'auto' (auto_choice.py).
-    if any(value == auto_choice.AUTO for value in chosen.values()):
-      if num_replicas != 1 or devices:
-        raise errors.ConfigError("lingpipe.keras.Pipeline: 'auto' chooses among this process's local devices for one "
-                                 'replica; set the fields to use devices= or num_replicas.')
-      chosen, self._choice = auto_choice.Choose(unit_params, shapes[0], batch_size, chosen, device_memory)
-      num_splits, num_micro_batches, remat, schedule, balance = (chosen[k] for k in (
-          'num_splits', 'num_micro_batches', 'remat', 'schedule', 'balance'))
-      virtual_stages = chosen['virtual_stages']
-    devices = placement.Mesh(devices, num_replicas, num_splits)
-    self._config = dict(num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
-                        schedule=schedule, virtual_stages=virtual_stages, balance=balance,
-                        devices=devices if given_devices else None,
-                        batch_size=batch_size, num_replicas=num_replicas, input_names=self._input_names)
-    self._config['input_shape'] = _ParamsShape(shapes[0]) if shapes[0] is not None else None
-    params = pipelining_layer.PipeliningLayer.Params().Set(
-        name=self.name, num_splits=num_splits, num_micro_batches=num_micro_batches, remat=remat,
-        schedule=schedule, virtual_stages=virtual_stages, balance=balance, devices=devices,
-        input_shapes=self._config['input_shape'], layers=unit_params)
-    self._pipeline = _Held(params.Instantiate())
-    self._batch_size = batch_size  # Set by the first batch of static size when not given.
-    self._has_batch_norm = any(layer.MovingStatsTargets() for layer in self.pipeline.Walk())
-    # Tracked by Keras: the units (copies on their devices where the given ones lived elsewhere) and their weights.
-    self.units = [unit.keras_layer for unit in self.pipeline.units]
     # Training calls so far: the step seed of dropout. Not a Keras weight, so that get_weights() lists the units'
     # weights in the given model's order (plain.set_weights(pipelined.get_weights()) works).
     self._seed_step = _Held(tf.Variable(0, dtype=tf.int64, trainable=False, name='seed_step'))
     self._eager_forward = _Held(None)
+    self._pipeline = _Held(None)
+    self._batch_size = batch_size  # Set by the first batch of static size when not given.
+    self._config = dict(chosen, virtual_stages=virtual_stages, devices=None, batch_size=batch_size,
+                        num_replicas=num_replicas, input_names=self._input_names,
+                        input_shape=_ParamsShape(shapes[0]) if shapes[0] is not None else None)
+    # Fields given as 'auto' are chosen at the first fit, evaluate, predict or call, from its batch
+    # (ChooseAt); until then the units are the given layers.
+    self._pending = None
+    if any(value == auto_choice.AUTO for value in chosen.values()):
+      if num_replicas != 1 or devices:
+        raise errors.ConfigError("lingpipe.keras.Pipeline: 'auto' chooses among this process's local devices for one "
+                                 'replica; set the fields to use devices= or num_replicas.')
+      # The given layers stay out of Keras's tracking until then: the pipeline's units, copies on their devices,
+      # are the model's weights.
+      self._pending = _Held(dict(unit_params=unit_params, given=chosen, device_memory=device_memory,
+                                 units=[unit for unit, _ in units]))
+      self.built = False
+      return
+    self._Build(unit_params, dict(chosen, virtual_stages=virtual_stages), devices, given_devices)
+
+  def _Build(self, unit_params, fields, devices=None, given_devices=None):
+    """Makes the PipeliningLayer of `unit_params` with `fields` (the five, and virtual_stages)."""
+    devices = placement.Mesh(devices, self._config['num_replicas'], fields['num_splits'])
+    self._config.update(dict(fields, devices=devices if given_devices else None))
+    params = pipelining_layer.PipeliningLayer.Params().Set(
+        name=self.name, devices=devices, input_shapes=self._config['input_shape'], layers=unit_params, **fields)
+    self._pipeline.value = params.Instantiate()
+    self._has_batch_norm = any(layer.MovingStatsTargets() for layer in self.pipeline.Walk())
+    # Tracked by Keras: the units (copies on their devices where the given ones lived elsewhere) and their weights.
+    self.units = [unit.keras_layer for unit in self.pipeline.units]
     # A pipeline of built layers of known input shape is built, as the model it came from (Keras callbacks such as
     # BackupAndRestore need a built model before fit).
     self.built = self._config['input_shape'] is not None and all(unit.built for unit in self.units)
 
+  def ChooseAt(self, x, batch_size=None):
+    """Chooses the fields given as 'auto' from a batch of `x` (arrays or tensors: `batch_size` rows of them, all
+    by default; a dataset: its first batch) in the policy's compute dtype, builds the pipeline and says what it
+    chose (summary() shows it too). Nothing to do once chosen."""
+    if self._pending is None:
+      return
+    if isinstance(x, tf.data.Dataset):
+      x, batch_size = keras.utils.unpack_x_y_sample_weight(next(iter(x)))[0], None
+    x = keras_layer.ToLingpipe(_Tensors(self._NamedInputs(x)))
+    rows = tf.nest.flatten(x)[0].shape[0]
+    rows = min(rows, batch_size) if rows is not None and batch_size else rows
+    shapes = tf.nest.map_structure(lambda t: [rows] + list(t.shape[1:]), x)
+    dtypes = tf.nest.map_structure(lambda t: t.dtype.name, x)
+    integers = ({k: v for k, v in dtypes.items() if not tf.as_dtype(v).is_floating} if isinstance(dtypes, dict)
+                else None if tf.as_dtype(dtypes).is_floating else dtypes)
+    pending = self._pending.value
+    fields, self._choice = auto_choice.Choose(
+        pending['unit_params'], dict(shapes) if isinstance(shapes, dict) else shapes, rows, pending['given'],
+        pending['device_memory'], fprop_dtype=keras.config.dtype_policy().compute_dtype, input_dtypes=integers)
+    print('\n'.join(self._choice), flush=True)
+    self._pending = None
+    self._Build(pending['unit_params'], fields)
+    if getattr(self, 'optimizer', None) is not None:
+      self._BuildOptimizerOnCellDevices()
+
+  def _Units(self):
+    """The Keras layers the pipeline runs (the given ones until 'auto' fields are chosen)."""
+    return self.units if self._pending is None else self._pending.value['units']
+
   @property
   def pipeline(self):
     """The PipeliningLayer that runs the units."""
+    if self._pipeline.value is None:
+      raise errors.ConfigError(
+          "lingpipe.keras.Pipeline %r: its fields given as 'auto' are chosen from the first batch of fit, evaluate, "
+          'predict or an eager call (or ChooseAt(x)); none has run yet.' % self.name)
     return self._pipeline.value
 
   def cells(self):
@@ -128,6 +168,9 @@ class Pipeline(keras.Model):
     """Keras's summary of the units, then each cell's device and layers (`cells()`)."""
     super().summary(*args, print_fn=print_fn, **kwargs)
     print_fn = print_fn or print
+    if self._pending is not None:
+      print_fn(" Pipeline: the fields given as 'auto' are chosen at the first fit, evaluate or predict.")
+      return
     p = self.pipeline
     print_fn(' Pipeline: %d cells on %d devices%s, %d micro-batches, remat %s, schedule %s' % (
         p.num_cells, p.num_devices, ' x %d replicas' % p.num_replicas if p.num_replicas > 1 else '',
@@ -141,7 +184,7 @@ class Pipeline(keras.Model):
     """The units (a list of Keras layers: a functional model's parts are sub-models) and the pipeline's
     arguments, so keras.saving.load_model rebuilds the pipeline and Keras loads the weights into it."""
     return dict(self._config, name=self.name,
-                model=[keras.saving.serialize_keras_object(unit) for unit in self.units])
+                model=[keras.saving.serialize_keras_object(unit) for unit in self._Units()])
 
   @classmethod
   def from_config(cls, config):
@@ -180,6 +223,8 @@ class Pipeline(keras.Model):
 
   def call(self, inputs, training=False):
     training = bool(training)
+    if self._pending is not None and tf.executing_eagerly():
+      self.ChooseAt(inputs)
     inputs = keras_layer.ToLingpipe(_Tensors(self._NamedInputs(inputs)))
     self._CheckInputShape(inputs)
     rows = tf.nest.flatten(inputs)[0].shape[0]
@@ -385,7 +430,7 @@ class Pipeline(keras.Model):
 
   def compute_output_spec(self, inputs, training=False):
     spec = inputs
-    for unit in self.units:
+    for unit in self._Units():
       spec = unit.compute_output_spec(spec)
     return spec
 
@@ -393,14 +438,17 @@ class Pipeline(keras.Model):
   # the batch_size argument then (Keras's default, 32, for arrays).
   def fit(self, x=None, y=None, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
     placement.RefuseStrategyScope('fit')
+    self.ChooseAt(x, batch_size or 32)
     self._NoteBatchSize(batch_size, x, training=True)
     return super().fit(x, y, batch_size, *args, **kwargs)
 
   def evaluate(self, x=None, y=None, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
+    self.ChooseAt(x, batch_size or 32)
     self._NoteBatchSize(batch_size, x)
     return super().evaluate(x, y, batch_size, *args, **kwargs)
 
   def predict(self, x, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
+    self.ChooseAt(x, batch_size or 32)
     self._NoteBatchSize(batch_size, x)
     return super().predict(x, batch_size, *args, **kwargs)
 
@@ -432,7 +480,8 @@ class Pipeline(keras.Model):
     if (kwargs.get('auto_scale_loss', True) and self._mixed_float16 and self.optimizer is not None
         and not isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer)):
       self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer, name='loss_scale_optimizer')
-    self._BuildOptimizerOnCellDevices()
+    if self._pending is None:  # Else once the pipeline is built (ChooseAt): its variables are the units' copies.
+      self._BuildOptimizerOnCellDevices()
 
   def _BuildOptimizerOnCellDevices(self):
     """Creates the optimizer's slots (Adam's momentum and velocity, ...) on the device of their variable.

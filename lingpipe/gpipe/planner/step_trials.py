@@ -12,8 +12,7 @@ from typing import List, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
-from lingpipe.core import context
-from lingpipe.gpipe import pipelining_layer
+from lingpipe.gpipe import call_costs
 from lingpipe.gpipe.planner import layer_times
 
 # Stepping stops starting new candidates after this many seconds (the plain model and the best predicted one are
@@ -25,40 +24,9 @@ MAX_CANDIDATES = 3  # the best predicted that fit, beside the plain model
 MIN_GAIN = 0.05
 
 
-def _Loss(outputs, unused_targets):
-  flat = [t for t in tf.nest.flatten(outputs) if t.dtype.is_floating]
-  loss = tf.add_n([tf.reduce_mean(tf.square(tf.cast(t, tf.float32))) for t in flat])
-  return loss, {'loss': (loss, 1.0)}
-
-
-def Stepper(layer_params, inputs, fields, devices=None, batch_dim=0):
-  """A function that runs one training step (forward, loss, backward) of `layer_params` piped as `fields`
-  (PipeliningLayer values: num_splits, num_micro_batches, remat, schedule, balance, virtual_stages) on `devices`
-  (None: the current mesh), on `inputs`; traced at its first call."""
-  pipe = pipelining_layer.PipeliningLayer.Params().Set(
-      name='trial', layers=[p.Copy() for p in layer_params], batch_dim=batch_dim, **fields)
-  if devices is not None:
-    pipe.devices = list(devices[:fields.get('num_splits', 1)])
-  pipe = pipe.Instantiate()
-  batch = tf.shape(tf.nest.flatten(inputs)[0])[batch_dim]
-  targets = tf.zeros([batch])
-
-  @tf.function(autograph=False)
-  def Step():
-    with tf.GradientTape() as tape, context.Training(True):
-      loss, _ = pipe.FPropWithLoss(inputs, targets, _Loss)
-    return tape.gradient(loss, pipe.trainable_variables)
-  return Step
-
-
-def StepSeconds(layer_params, inputs, fields, devices=None, batch_dim=0, repeats=3):
-  """Best-of-`repeats` seconds of a Stepper's step, after one untimed step."""
-  return Seconds(Stepper(layer_params, inputs, fields, devices, batch_dim), repeats)
-
-
-def Seconds(step, repeats=3):
-  """The best of `repeats` timed calls of step(), after one untimed call."""
-  return layer_times.Best(step, repeats)
+Stepper = call_costs.Stepper  # A real pipeline's training step (call_costs.py measures with real pipelines).
+StepSeconds = call_costs.StepSeconds
+Seconds = call_costs.Seconds
 
 
 PLAIN_LABEL = 'plain (K=1, M=1, remat=never)'
