@@ -96,3 +96,12 @@ def test_a_gain_within_the_noise_keeps_the_plain_model(monkeypatch):
   assert _IsPlain(auto_config.Fields(choice.chosen))
   _, choice, _ = _Stepped(monkeypatch, lambda f: 1.0 if _IsPlain(f) else 0.9)
   assert not _IsPlain(auto_config.Fields(choice.chosen))
+
+
+def test_the_configurations_stepped_differ_in_k_and_m_before_remat():
+  # pylint: disable=protected-access
+  ranked = sorted(auto_config.Options(_LAYERS, _SHAPES, 24, 2, {}), key=auto_config._Key, reverse=True)
+  picked = auto_config._Distinct(ranked, 3)
+  assert picked[0] is ranked[0] and len(picked) == 3
+  assert {o.candidate.num_splits for o in picked} == {1, 2}
+  assert len({(o.candidate.num_splits, o.candidate.num_micro_batches) for o in picked}) == 3

@@ -209,6 +209,21 @@ def _IsPlain(option):
   return c.num_splits == 1 and c.num_micro_batches == 1 and c.remat == 'never'
 
 
+def _Distinct(ranked, count):
+  """Up to `count` of `ranked` options to step: the best predicted, then the best of each other K, then the best
+  of each other M, then the rest in order. The predictions that go most wrong are across K (how much work devices
+  share) and M (a small micro-batch's speed); the best three are often one K and M with another remat."""
+  picked = []
+  for key in (lambda o: None, lambda o: o.candidate.num_splits,
+              lambda o: (o.candidate.num_splits, o.candidate.num_micro_batches), id):
+    seen = {key(o) for o in picked}
+    for o in ranked:
+      if len(picked) < count and key(o) not in seen and o not in picked:
+        picked.append(o)
+        seen.add(key(o))
+  return picked
+
+
 def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, input_dtypes=None, log=None,
             margin=MARGIN) -> Choice:
   """`choice` remade from measured steps (step_trials.py): the plain model (where it is an option that fits) and
@@ -217,7 +232,7 @@ def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, inp
              if not choice.budget or memory_plan.Fits(o.peak, choice.budget, margin)]
   plain = [o for o in fitting if _IsPlain(o)]
   plain.sort(key=lambda o: o.candidate.schedule != 'gpipe')
-  others = [o for o in fitting if not _IsPlain(o)][:step_trials.MAX_CANDIDATES]
+  others = _Distinct([o for o in fitting if not _IsPlain(o)], step_trials.MAX_CANDIDATES)
   candidates = [(step_trials.PLAIN_LABEL, plain[0], Fields(plain[0]))] if plain else []
   candidates += [(Describe(o), o, Fields(o)) for o in others]
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
