@@ -1,6 +1,7 @@
 """process_memory.Advice: what the planner says fits, said when a process ran out of memory, never names the
 configuration that ran, and raises its predictions by as much as they were short where it said that one fits."""
 
+import io
 import re
 
 import pytest
@@ -15,7 +16,7 @@ _MIB = 2**20
 def calibrated(monkeypatch):
   """This machine's processes as a fixed model: 300 MiB beyond 1.1x the allocator's peak."""
   model = process_memory.ProcessModel(300 * _MIB, 1.1)
-  monkeypatch.setattr(process_memory, 'Load', lambda: process_memory.Calibration(
+  monkeypatch.setattr(process_memory, 'Load', lambda parts=None: process_memory.Calibration(
       model, model, process_memory.ProcessModel(300 * _MIB, 0), 'test machine', 'today'))
 
 
@@ -68,3 +69,24 @@ def test_the_advice_plan_pipeline_and_pipeline_auto_pick_alike(calibrated):  # p
                                  slots=slots, measure=False).chosen
   assert recommended.Override() == chosen.candidate.Override() == advice, (recommended.Override(), advice)
   assert memory_plan.Fits(peak_of(recommended), budget) and not memory_plan.Fits(budget, budget)
+
+
+def test_the_process_model_is_measured_in_parts_kept_side_by_side(tmp_path, monkeypatch):
+  """Local devices need the one-process model alone (two trials, not the workers' four)."""
+  monkeypatch.setenv('LINGPIPE_CACHE', str(tmp_path))
+  runs = []
+
+  def Trial(model, override, workers, cap, steps, scratch=None):
+    del model, cap, steps, scratch
+    runs.append(workers)
+    depth = int(re.search(r'num_layers=(\d+)', override).group(1))
+    peaks = {'trainer': (300 + 20 * depth) * _MIB} if not workers else dict(
+        {'worker %d' % i: (350 + 10 * depth) * _MIB for i in range(workers)}, trainer=(320 + depth) * _MIB)
+    return process_memory.memory_trials.Trial(True, peaks, 1.0, '')
+  monkeypatch.setattr(process_memory.memory_trials, 'Run', Trial)
+  out = io.StringIO()
+  local = process_memory.LoadOrCalibrate(out, ('trainer',))
+  assert runs == [0, 0] and local.trainer is not None and local.worker is None and 'one process; once' in out.getvalue()
+  assert process_memory.Load() is None and process_memory.LoadOrCalibrate(out, ('trainer',)) == local
+  both = process_memory.LoadOrCalibrate(out)
+  assert runs == [0, 0, 2, 2] and both.trainer == local.trainer and both.worker is not None

@@ -186,7 +186,7 @@ def test_the_tool_plans_whole_processes_and_says_nothing_fits_without_a_budget(c
   calibration = process_memory.Calibration(process_memory.ProcessModel(250 * 2**20, 1.05),
                                            process_memory.ProcessModel(300 * 2**20, 1.1),
                                            process_memory.ProcessModel(330 * 2**20, 2**20), 'here', 'today')
-  monkeypatch.setattr(process_memory, 'Load', lambda: calibration)
+  monkeypatch.setattr(process_memory, 'Load', lambda parts=None: calibration)
   args = ['--model=synthetic.DeepMlpGPipe', '--devices=2', '--micro_batches=4']
   candidates, best = plan_pipeline.Plan(plan_pipeline._Args(args))
   out = capsys.readouterr().out

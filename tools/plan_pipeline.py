@@ -97,9 +97,9 @@ def Plan(args, out=None):
   best = memory_plan.Recommend(candidates, device_memory, peak_of)
   if best is None:
     smallest = min(candidates, key=peak_of)
-    print('Nothing fits in %s less 10%%: the smallest peak is %.1f MiB (remat=%s, K=%d, M=%d). Use more devices or more '
-          'memory.' % (args.device_memory, peak_of(smallest) / 2**20, smallest.remat, smallest.num_splits,
-                       smallest.num_micro_batches), file=out)
+    print('Nothing fits in %s less 10%%: the smallest peak is %.1f MiB (remat=%s, K=%d, M=%d). Use more devices or '
+          'more memory.' % (args.device_memory, peak_of(smallest) / 2**20, smallest.remat, smallest.num_splits,
+                            smallest.num_micro_batches), file=out)
   else:
     print('Recommended: --model_params_override="%s"  (peak %.1f MiB of %s, predicted %.2fx the plain model)' % (
         best.Override(), peak_of(best) / 2**20, args.device_memory, best.speedup), file=out)
@@ -114,7 +114,7 @@ def _ProcessPeak(args, out):
   if processes == 'devices':
     return (lambda c: c.peak), ''
   from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
-  calibration = process_memory.LoadOrCalibrate(out)
+  calibration = process_memory.LoadOrCalibrate(out, ('trainer',) if processes == 'one' else ('workers',))
   if processes == 'one':
     return (lambda c: memory_plan.ProcessPeaks(c, calibration.trainer, one_process=True)[0],
             'one process holding every device (measured here %s)' % calibration.measured)

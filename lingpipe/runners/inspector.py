@@ -76,7 +76,7 @@ def _Budget(mesh, device_memory):
     budget = mesh.SmallestWorkerBudget()
   if budget is None or tf.config.list_physical_devices('GPU'):
     return budget, None
-  return budget, process_memory.LoadOrCalibrate()
+  return budget, process_memory.LoadOrCalibrate(parts=('workers',) if mesh.is_remote else ('trainer',))
 
 
 def PrintCells(pipeline, out=None, slots=0, budget=None, process=None, mesh=None):

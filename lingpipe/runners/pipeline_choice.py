@@ -178,9 +178,9 @@ def Budget(p, device_memory=None, on_gpus=False, out=None):
     return budget, (lambda c: c.peak), 'device peak'
   replicas = max(1, p.cluster.num_replicas)
   devices_sum = lambda c: replicas * sum(cell.peak for cell in c.cells)
-  calibration = process_memory.Load()
+  calibration = process_memory.Load(('trainer',))  # Local devices: one process.
   if calibration is None and memory_cgroup.OwnCgroup()[1] is not None:
-    calibration = process_memory.LoadOrCalibrate(out)
+    calibration = process_memory.LoadOrCalibrate(out, ('trainer',))
   if calibration is None:
     print('This machine has no memory cgroup to measure a process by: the budget is compared with the devices\' '
           'allocator peaks alone, which leave out what TensorFlow itself holds (a few hundred MiB).', file=out)

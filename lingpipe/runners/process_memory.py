@@ -60,13 +60,23 @@ def _Cached():
     return {}
 
 
-def Load():
-  """This machine's Calibration, or None where it was never measured."""
+PARTS = ('trainer', 'workers')  # what Calibrate measures apart: the plain process; workers and a trainer beside them
+
+
+def Load(parts=PARTS):
+  """This machine's Calibration, or None where one of `parts` was never measured (the others' models are None)."""
   entry = _Cached().get(MachineKey())
-  if not entry or not isinstance(entry.get('client'), list):  # Kept before the client grew with the layers.
+  if not entry:
     return None
-  return Calibration(ProcessModel(*entry['trainer']), ProcessModel(*entry['worker']),
-                     ProcessModel(*entry['client']), entry['machine'], entry['measured'])
+  models = {}
+  for name in ('trainer', 'worker', 'client'):
+    if isinstance(entry.get(name), list):
+      models[name] = ProcessModel(*entry[name])
+  needed = {'trainer': ['trainer'], 'workers': ['worker', 'client']}
+  if any(name not in models for part in parts for name in needed[part]):
+    return None
+  return Calibration(models.get('trainer'), models.get('worker'), models.get('client'), entry['machine'],
+                     entry['measured'])
 
 
 _WORKLOAD = 'synthetic.DenseStack'
@@ -117,17 +127,18 @@ def _MemTotal():
   return 8 * 2**30
 
 
-def Calibrate(out=sys.stdout, depths=(4, 12), worker_depths=(8, 20)):
-  """Measures this machine (about 3 minutes) and keeps the Calibration; returns it."""
+def Calibrate(out=sys.stdout, depths=(4, 12), worker_depths=(8, 20), parts=PARTS):
+  """Measures `parts` of this machine (the trainer's about 40 s, the workers' about 2 minutes), keeps them beside
+  the parts measured before, and returns the Calibration."""
   cap, trainer_points, worker_points, clients = _MemTotal(), [], [], []
-  for depth in depths:
+  for depth in depths if 'trainer' in parts else ():
     override = '%s;task.num_layers=%d;%s' % (_SIZE, depth, _PLAIN)
     trial = memory_trials.Run(_WORKLOAD, override, 0, cap, 6)
     predicted = DevicePeaks(_WORKLOAD, override)[0]
     trainer_points.append((predicted, trial.peaks['trainer']))
     print('process memory: plain, %d layers: planner %.0f MiB, measured %.0f MiB' % (
         depth, predicted / 2**20, trial.peaks['trainer'] / 2**20), file=out, flush=True)
-  for depth in worker_depths:
+  for depth in worker_depths if 'workers' in parts else ():
     override = '%s;task.num_layers=%d;%s' % (_SIZE, depth, _K2)
     trial = memory_trials.Run(_WORKLOAD, override, 2, cap, 6)
     for cell, predicted in enumerate(DevicePeaks(_WORKLOAD, override)):
@@ -137,26 +148,30 @@ def Calibrate(out=sys.stdout, depths=(4, 12), worker_depths=(8, 20)):
         depth, ', '.join('%.0f' % (x / 2**20) for x, _ in worker_points[-2:]),
         ', '.join('%.0f' % (y / 2**20) for _, y in worker_points[-2:]), clients[-1][1] / 2**20), file=out,
         flush=True)
-  # The fullest worker's excess at each size: the model must cover the worst process.
-  by_size = [max(worker_points[i:i + 2], key=lambda xy: xy[1] - xy[0]) for i in (0, 2)]
-  # The trainer beside workers holds the step's graph, which grows with the layers, not their weights.
-  calibration = Calibration(_Fit(trainer_points), _Fit(by_size), _Fit(clients), MachineKey(),
-                            datetime.date.today().isoformat())
   cached = _Cached()
-  cached[calibration.machine] = dict(trainer=list(calibration.trainer), worker=list(calibration.worker),
-                                     client=list(calibration.client), machine=calibration.machine,
-                                     measured=calibration.measured)
+  entry = dict(cached.get(MachineKey()) or {}, machine=MachineKey(), measured=datetime.date.today().isoformat())
+  if trainer_points:
+    entry['trainer'] = list(_Fit(trainer_points))
+  if worker_points:
+    # The fullest worker's excess at each size: the model must cover the worst process.
+    by_size = [max(worker_points[i:i + 2], key=lambda xy: xy[1] - xy[0]) for i in (0, 2)]
+    # The trainer beside workers holds the step's graph, which grows with the layers, not their weights.
+    entry.update(worker=list(_Fit(by_size)), client=list(_Fit(clients)))
+  cached[entry['machine']] = entry
   safe_write.AtomicWrite(CachePath(), json.dumps(cached, indent=2), 'process memory calibration')
-  return calibration
+  return Load(parts)
 
 
-def LoadOrCalibrate(out=sys.stdout):
-  """This machine's Calibration, measured first (and said) where it never was."""
-  calibration = Load()
+def LoadOrCalibrate(out=sys.stdout, parts=PARTS):
+  """This machine's Calibration of `parts`, the missing ones measured first (and said)."""
+  calibration = Load(parts)
   if calibration is None:
-    print('Measuring what a process of this machine holds beyond its allocator (once; about 3 minutes; kept in %s)'
-          % CachePath(), file=out, flush=True)
-    calibration = Calibrate(out)
+    missing = [part for part in parts if Load((part,)) is None]
+    print('Measuring what a process of this machine holds beyond its allocator (%s; once; about %s; kept in %s)' % (
+        ' and '.join({'trainer': 'one process', 'workers': 'workers'}[part] for part in missing),
+        '40 seconds' if missing == ['trainer'] else '3 minutes', CachePath()), file=out, flush=True)
+    calibration = Calibrate(out, parts=missing)
+    calibration = Load(parts)
   return calibration
 
 
@@ -168,7 +183,7 @@ def Advice(p, budget, num_devices, remote):
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  calibration = Load()
+  calibration = Load(('workers',) if remote else ('trainer',))
   if calibration is None or not budget:
     return ''
   with base_layer.AbstractVariables():
@@ -201,7 +216,7 @@ def Advice(p, budget, num_devices, remote):
   if best is not None:
     return ('The planner says this fits %.0f MiB a process: --model_params_override="%s" (predicted peak %.0f MiB)%s.'
             % (budget / 2**20, best.Override(), peak_of(best) / 2**20, raised))
-  for devices in range(num_devices + 1, 9):
+  for devices in range(num_devices + 1, 9 if calibration.worker is not None else 0):
     if devices > len(layers):
       break
     best, peak_of, _ = Best(devices, True, scale)
