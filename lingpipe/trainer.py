@@ -120,7 +120,7 @@ def Run(argv=None, out=None):
     if FLAGS.termination_grace_s <= 0:
       raise errors.ConfigError('--termination_grace_s=%g: expected a number of seconds > 0.' %
                                FLAGS.termination_grace_s)
-    mesh = SetUpCluster(p)  # Before the lock: a refused cluster leaves the logdir untouched.
+    mesh = SetUpCluster(p, out)  # Before the lock: a refused cluster leaves the logdir untouched.
     with logdir_lock.LogdirLock(FLAGS.logdir, out=out):  # One writer per logdir (logdir_lock.py).
       checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)  # Again, now that no one else writes there.
       with cluster.Use(mesh):
@@ -129,7 +129,7 @@ def Run(argv=None, out=None):
           return loop.Run()
         except KeyboardInterrupt as e:
           raise interrupt.Interrupted(loop.ResumeHint()) from e
-  with cluster.Use(SetUpCluster(p)):
+  with cluster.Use(SetUpCluster(p, out)):
     if FLAGS.mode == 'inspect':
       from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
       return inspector.Inspect(p, out=out, device_memory=byte_sizes.Parse(FLAGS.device_memory, '--device_memory')
@@ -145,8 +145,8 @@ def Run(argv=None, out=None):
 
 def ChoosePipeline(p, out=None):
   """Chooses the pipeline fields of `p` left 'auto' (runners/pipeline_choice.py) among the local devices, within
-  --device_memory or this process's budget; a run's recorded choice is reused."""
-  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
+  --device_memory or this process's budget (on a cluster, among the workers once connected: SetUpCluster); a
+  run's recorded choice is reused."""
   from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
   if not pipeline_choice.Pending(p):
     return None
@@ -159,9 +159,7 @@ def ChoosePipeline(p, out=None):
   if FLAGS.mode != 'export':
     remote = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)[0]
   if remote is not None and not pipeline_choice.ReusesRecorded(p, recorded):
-    raise errors.ConfigError("--pipeline=auto (or a pipeline field set to 'auto') chooses among this process's "
-                             'local devices; on a cluster, set the fields (tools/plan_pipeline.py --devices=<workers> '
-                             '--device_memory=<a worker\'s budget> recommends them).')
+    return None  # Chosen among the workers once connected (SetUpCluster).
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   total = pipeline_choice.LocalDevices(FLAGS.pipeline_devices)
@@ -173,18 +171,18 @@ def ChoosePipeline(p, out=None):
   return pipeline_choice.Resolve(p, num_devices, budget, peak_of, what, recorded_text=recorded, out=out)
 
 
-def SetUpCluster(p):
+def SetUpCluster(p, out=None):
   """The device mesh of model params `p`: the workers of --cluster_spec or TF_CONFIG (tf_config.py), else local
-  devices (made first, before anything runs a TensorFlow op)."""
+  devices (made first, before anything runs a TensorFlow op). Pipeline fields left 'auto' on a cluster are chosen
+  here, among the workers."""
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
-  from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
-  num_splits = cluster.MaxNumSplits(p)
   if FLAGS.mode != 'export':  # Export builds a local single-device graph.
     from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
     spec, own_task = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)
     if spec is not None:
-      return remote.Connect(spec, p.cluster, num_splits, own_task)
+      return _ConnectAndChoose(p, spec, own_task, out)
+  num_splits = cluster.MaxNumSplits(p)
   if FLAGS.task is not None and not FLAGS.cluster_spec:
     raise errors.ConfigError('--task=%d needs --cluster_spec.' % FLAGS.task)
   needed = p.cluster.num_replicas * max(1, num_splits)
@@ -192,6 +190,28 @@ def SetUpCluster(p):
   if num_devices > 1:
     cluster.ConfigureLocalDevices(num_devices)
   return cluster.Cluster.FromParams(p.cluster, num_splits)
+
+
+def _ConnectAndChoose(p, spec, own_task, out):
+  """The workers' mesh; where pipeline fields are left 'auto', connected to every worker, the fields chosen among
+  them (layers timed on the first, the best candidates stepped across them, each worker's budget), then the mesh
+  of the chosen K."""
+  from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
+  if not pipeline_choice.Pending(p):
+    return remote.Connect(spec, p.cluster, cluster.MaxNumSplits(p), own_task)
+  every = max(1, len(spec[p.cluster.job]) // max(1, p.cluster.num_replicas))
+  mesh = remote.Connect(spec, p.cluster, every, own_task)
+  recorded = None
+  if FLAGS.logdir and FLAGS.mode != 'inspect':
+    from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
+    recorded = checkpointer.RecordedParamsText(FLAGS.logdir)
+  with cluster.Use(mesh):
+    budget, peak_of, what = pipeline_choice.WorkerBudget(mesh, FLAGS.device_memory, out)
+    pipeline_choice.Resolve(p, len(mesh.devices[0]), budget, peak_of, what, recorded_text=recorded, out=out,
+                            devices=list(mesh.devices[0]))
+  return pipeline_choice.WorkersWithSplits(mesh, p.cluster, cluster.MaxNumSplits(p))
 
 
 def main(argv):

@@ -276,3 +276,18 @@ def test_the_watchdog_names_a_frozen_worker_within_the_timeout(monkeypatch, caps
   assert 5.0 <= exited[0][1] - start <= 6.6, exited[0][1] - start  # Before: 6 s, then a 6 s probe.
   err = capsys.readouterr().err
   assert err.startswith('lingpipe-train: error: No training progress for 6 s (cluster.timeout_s=6): '), err
+
+
+@pytest.mark.slow
+def test_pipeline_auto_chooses_among_the_workers_trains_and_a_resume_reuses_it(tmp_path):
+  """--pipeline=auto with --cluster_spec: the layers timed on a worker, the best candidates stepped across the
+  workers, the choice recorded; the resume reuses it without timing."""
+  with local_cluster.LocalCluster(2) as w:
+    first = _Trainer(w.spec_text, tmp_path / 'run', '--pipeline=auto', '--max_steps=2', timeout=400)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert 'Pipeline task.network chosen' in first.stdout and 'stepped s' in first.stdout, first.stdout[-3000:]
+    recorded = open(tmp_path / 'run' / 'params.txt').read()
+    assert 'machine=workers /job:worker/replica:0/task:0/device:CPU:0' in recorded
+    resumed = _Trainer(w.spec_text, tmp_path / 'run', '--pipeline=auto', '--max_steps=3', timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "the run's recorded configuration" in resumed.stdout and 'It was chosen on' not in resumed.stdout

@@ -73,7 +73,8 @@ def _Reuse(p, path, pipe, recorded, num_devices, out):
   line = ("Pipeline %s: the run's recorded configuration (K=%d, M=%d, remat=%s, %s, balance %s; chosen %s), not "
           'timed again.' % (path, pipe.num_splits, pipe.num_micro_batches, pipe.remat, pipe.schedule,
                             params_text.EncodeValue(pipe.balance), facts.get('date', 'earlier')))
-  if facts.get('machine') and facts['machine'] != MachineKey(num_devices):
+  if facts.get('machine') and not facts['machine'].startswith('workers ') and facts['machine'] != MachineKey(
+      num_devices):
     line += (' It was chosen on %s; this is %s. To choose again here, start a new logdir or set the fields.' % (
         facts['machine'], MachineKey(num_devices)))
   print(line, file=out, flush=True)
@@ -105,11 +106,11 @@ def _Layers(p, path, pipe):
 
 
 def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_text=None, out=None, log=None,
-            measure=True) -> Optional[auto_config.Choice]:
+            measure=True, devices=None) -> Optional[auto_config.Choice]:
   """Chooses the 'auto' fields of the (one) pipeline of model params `p` in place and prints the choice; reuses
   a choice `recorded_text` (a run's params.txt) holds. `budget`: bytes or None; `peak_of(candidate)`: what must
-  fit it (default the fullest device's peak), `what` names it. Returns the Choice, or None when nothing was
-  chosen here."""
+  fit it (default the fullest device's peak), `what` names it. `devices`: the devices to choose among (a cluster's
+  workers'; default the first `num_devices` local ones). Returns the Choice, or None when nothing was chosen here."""
   pending = Pending(p)
   if not pending:
     return None
@@ -136,14 +137,14 @@ def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_tex
   choice = auto_config.ChooseFor(layers, shapes, num_devices, fixed, budget, peak_of, fprop_dtype,
                                  dtype_size=net.params.dtype.size,
                                  slots=memory_plan.OptimizerSlots(p.task.train.optimizer), batch_dim=batch_dim,
-                                 log=log, measure=measure, input_dtypes=net.params.input_dtypes)
+                                 log=log, measure=measure, input_dtypes=net.params.input_dtypes, devices=devices)
   seconds = (datetime.datetime.now() - start).total_seconds()
   fields = auto_config.Fields(choice.chosen)
   for name in [n for n in FIELDS if n not in fixed] + ['virtual_stages']:
     pipe.Set(**{name: fields[name]})
   chosen = auto_config.Describe(choice.chosen)
   pipe.auto_choice = ' | '.join([
-      chosen, 'machine=%s' % MachineKey(num_devices),
+      chosen, 'machine=%s' % (MachineKey(num_devices) if devices is None else 'workers %s' % ', '.join(devices)),
       'budget=%s' % (byte_sizes.Format(budget) if budget else 'none'), 'date=%s' % start.date().isoformat()])
   print('Pipeline %s chosen (%s; %d device(s), %s; %s in %.1f s):' % (
       path, ', '.join(n for n in FIELDS if n not in fixed) + " were 'auto'", num_devices,
@@ -186,6 +187,36 @@ def Budget(p, device_memory=None, on_gpus=False, out=None):
           'allocator peaks alone, which leave out what TensorFlow itself holds (a few hundred MiB).', file=out)
     return budget, devices_sum, 'allocator peak'
   return budget, (lambda c: calibration.trainer.Peak(devices_sum(c))), 'process peak'
+
+
+def WorkerBudget(mesh, device_memory=None, out=None):
+  """(budget, peak_of, what) for choosing among the workers of `mesh`: --device_memory, else the smallest budget a
+  worker reports (None: for speed alone); what must fit is the fullest worker's process, by this machine's
+  measured model of a worker (runners/process_memory.py) where it has a memory cgroup to measure it with."""
+  from lingpipe.distributed import memory_cgroup  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
+  budget = byte_sizes.Parse(device_memory, '--device_memory') if device_memory else mesh.SmallestWorkerBudget()
+  if budget is None:
+    return None, None, 'worker peak'
+  calibration = process_memory.Load(('workers',))
+  if calibration is None and memory_cgroup.OwnCgroup()[1] is not None:
+    calibration = process_memory.LoadOrCalibrate(out, ('workers',))
+  if calibration is None:
+    return budget, (lambda c: max(cell.peak for cell in c.cells)), 'worker allocator peak'
+  return budget, (lambda c: max(calibration.worker.Peak(cell.peak) for cell in c.cells)), 'worker process peak'
+
+
+def WorkersWithSplits(connected, params, num_splits):
+  """The workers `connected` (Connect's) as a mesh of `num_splits` cells a replica: after --pipeline=auto, which
+  connects to every worker to choose among them, chose K."""
+  from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
+  slots = cluster.RemoteSlots(connected.job, params.device_type, params.devices_per_task)
+  mesh = cluster.Cluster.FromParams(params, num_splits, slots, remote_job=connected.job)
+  remesh = remote.RemoteCluster(mesh.devices, connected.spec, connected.job, connected.own_task,
+                                connected.timeout_s, connected.identities)
+  remesh.at_connect = connected.at_connect
+  return remesh
 
 
 def LocalDevices(requested=None):

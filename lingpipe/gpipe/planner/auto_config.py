@@ -127,14 +127,17 @@ class Predictions(NamedTuple):
 
 
 def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, fprop_dtype=None, dtype_size=4,
-            slots=0, batch_dim=0, log=None, measure=True, input_dtypes=None) -> Predictions:
+            slots=0, batch_dim=0, log=None, measure=True, input_dtypes=None, devices=None) -> Predictions:
   """Every Option the `fixed` fields allow, its step time predicted from the layers timed here at
   the batch's and each micro-batch's size and this machine's step_time.Terms on the first
   `num_devices` local devices (`measure`; else the speed-ups are in flops). `input_dtypes`: the
-  pipeline's (its inputs that are not floating)."""
+  pipeline's (its inputs that are not floating). `devices`: the devices to choose among (default: the first
+  `num_devices` local ones); the layers are timed on the first."""
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
   times, plain, terms = None, None, None
   if measure:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    devices = list(devices or _LocalDevices(num_devices))
     built, measured = {}, {}  # Each distinct layer built once, and traced once a size.
     dtype = fprop_dtype or 'float32'
 
@@ -149,8 +152,9 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
 
     def MeasureSize(size):
       start = time.perf_counter()
-      measured[size] = layer_times.Measure(layer_params, input_shapes, size, dtype=dtype, batch_dim=batch_dim,
-                                           log=log, built=built, input_dtypes=input_dtypes)
+      with tf.device(devices[0]):
+        measured[size] = layer_times.Measure(layer_params, input_shapes, size, dtype=dtype, batch_dim=batch_dim,
+                                             log=log, built=built, input_dtypes=input_dtypes)
       took[size] = time.perf_counter() - start
 
     def Times(size):
@@ -183,7 +187,7 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
     splits = (fixed or {}).get('schedule', 'zero_bubble') == 'zero_bubble'
     call_terms = lambda: (call_costs.SplitBackward(heaviest, size, times_at_size, batch_dim) if splits else 0.0,
                           call_costs.PerAction())
-    terms = step_time.Measure(unit, _LocalDevices(num_devices), call_terms)
+    terms = step_time.Measure(unit, devices, call_terms)
     plain = sum(Times(batch).forward) + sum(Times(batch).backward) + 2 * terms.per_action
   options = Options(layer_params, input_shapes, batch, num_devices, fixed or {}, peak_of, times, slots=slots,
                     dtype_size=dtype_size, fprop_dtype=fprop_dtype, terms=terms)
@@ -191,17 +195,17 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
 
 
 def ChooseFor(layer_params, input_shapes, num_devices, fixed=None, budget=None, peak_of=None, fprop_dtype=None,
-              dtype_size=4, slots=0, batch_dim=0, log=None, measure=True, input_dtypes=None) -> Choice:
+              dtype_size=4, slots=0, batch_dim=0, log=None, measure=True, input_dtypes=None, devices=None) -> Choice:
   """Choose among what Predict gives, then (`measure`) step the best predicted and the plain model and take the
   fastest measured (Stepped): what lingpipe-train and lingpipe.keras.Pipeline run."""
   predicted = Predict(layer_params, input_shapes, num_devices, fixed, peak_of, fprop_dtype, dtype_size, slots,
-                      batch_dim, log, measure, input_dtypes)
+                      batch_dim, log, measure, input_dtypes, devices)
   choice = Choose(predicted.options, num_devices, budget, plain_seconds=predicted.plain_seconds,
                   terms=predicted.terms)
   if not measure:
     return choice
   return Stepped(choice, predicted.options, layer_params, input_shapes, fprop_dtype or 'float32', batch_dim,
-                 input_dtypes, log)
+                 input_dtypes, log, devices=devices)
 
 
 def _IsPlain(option):
@@ -225,7 +229,7 @@ def _Distinct(ranked, count):
 
 
 def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, input_dtypes=None, log=None,
-            margin=MARGIN) -> Choice:
+            margin=MARGIN, devices=None) -> Choice:
   """`choice` remade from measured steps (step_trials.py): the plain model (where it is an option that fits) and
   the best predicted options that fit, the fastest measured chosen."""
   fitting = [o for o in sorted(options, key=_Key, reverse=True)
@@ -236,8 +240,8 @@ def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, inp
   candidates = [(step_trials.PLAIN_LABEL, plain[0], Fields(plain[0]))] if plain else []
   candidates += [(Describe(o), o, Fields(o)) for o in others]
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
-  trials = step_trials.Run(candidates, layer_params, input_shapes, batch, dtype, _LocalDevices(choice.num_devices),
-                           batch_dim, input_dtypes, log=log)
+  trials = step_trials.Run(candidates, layer_params, input_shapes, batch, dtype,
+                           devices or _LocalDevices(choice.num_devices), batch_dim, input_dtypes, log=log)
   measured = sorted((t for t in trials if t.seconds is not None), key=lambda t: t.seconds)
   if not measured:
     return choice._replace(trials=tuple(trials))
