@@ -71,7 +71,8 @@ def test_only_what_fits_the_budget_is_stepped(monkeypatch):
 
 @pytest.mark.parametrize('fields', [
     dict(num_splits=1, num_micro_batches=1, remat='never', schedule='gpipe'),
-    dict(num_splits=2, num_micro_batches=4, remat='always', schedule='1f1b', balance=[2, 4])])
+    pytest.param(dict(num_splits=2, num_micro_batches=4, remat='always', schedule='1f1b', balance=[2, 4]),
+                 marks=pytest.mark.slow)])
 def test_a_real_step_is_timed(fields):
   devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
   inputs = tf.random.normal([24, 64])
