@@ -151,10 +151,7 @@ def ChoosePipeline(p, out=None):
   if not pipeline_choice.Pending(p):
     return None
   from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
-  recorded = None
-  if FLAGS.logdir and FLAGS.mode != 'inspect':
-    from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
-    recorded = checkpointer.RecordedParamsText(FLAGS.logdir)
+  recorded = _RecordedParams()
   remote = None  # Export builds a local single-device graph.
   if FLAGS.mode != 'export':
     remote = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)[0]
@@ -169,6 +166,14 @@ def ChoosePipeline(p, out=None):
   budget, peak_of, what = pipeline_choice.Budget(
       p, FLAGS.device_memory, on_gpus=bool(tf.config.list_physical_devices('GPU')), out=out)
   return pipeline_choice.Resolve(p, num_devices, budget, peak_of, what, recorded_text=recorded, out=out)
+
+
+def _RecordedParams():
+  """The params.txt of --logdir's run (its recorded pipeline choice), or None (inspect writes no run)."""
+  if not FLAGS.logdir or FLAGS.mode == 'inspect':
+    return None
+  from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
+  return checkpointer.RecordedParamsText(FLAGS.logdir)
 
 
 def SetUpCluster(p, out=None):
@@ -203,10 +208,7 @@ def _ConnectAndChoose(p, spec, own_task, out):
     return remote.Connect(spec, p.cluster, cluster.MaxNumSplits(p), own_task)
   every = max(1, len(spec[p.cluster.job]) // max(1, p.cluster.num_replicas))
   mesh = remote.Connect(spec, p.cluster, every, own_task)
-  recorded = None
-  if FLAGS.logdir and FLAGS.mode != 'inspect':
-    from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
-    recorded = checkpointer.RecordedParamsText(FLAGS.logdir)
+  recorded = _RecordedParams()
   with cluster.Use(mesh):
     budget, peak_of, what = pipeline_choice.WorkerBudget(mesh, FLAGS.device_memory, out)
     pipeline_choice.Resolve(p, len(mesh.devices[0]), budget, peak_of, what, recorded_text=recorded, out=out,

@@ -94,17 +94,21 @@ def Choose(options, num_devices, budget=None, margin=MARGIN, plain_seconds=None,
     raise errors.ConfigError('No pipeline configuration to choose from: the fixed fields allow none (K at most %d '
                              'devices, M a divisor of the batch).' % num_devices)
   ranked = sorted(options, key=_Key, reverse=True)  # The rule of memory_plan.Recommend, on options.
-  fits = lambda o: not budget or memory_plan.Fits(o.peak, budget, margin)
-  fitting = [o for o in ranked if fits(o)]
+  fitting = _Fitting(ranked, budget, margin)
   if not fitting:
     smallest = min(options, key=lambda o: o.peak)
     raise NothingFits(smallest, budget, margin)
   chosen = fitting[0]
   runner_up = fitting[1] if len(fitting) > 1 else None
-  rejected = next((o for o in ranked if not fits(o)), None)
+  rejected = next((o for o in ranked if o not in fitting), None)
   if rejected is not None and _Key(rejected) <= _Key(chosen):
     rejected = None
   return Choice(chosen, runner_up, rejected, budget, plain_seconds, num_devices, terms)
+
+
+def _Fitting(ranked, budget, margin=MARGIN):
+  """The options of `ranked` whose peak fits `budget` less `margin` (all without a budget), in order."""
+  return [o for o in ranked if not budget or memory_plan.Fits(o.peak, budget, margin)]
 
 
 class NothingFits(errors.ConfigError):
@@ -232,8 +236,7 @@ def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, inp
             margin=MARGIN, devices=None) -> Choice:
   """`choice` remade from measured steps (step_trials.py): the plain model (where it is an option that fits) and
   the best predicted options that fit, the fastest measured chosen."""
-  fitting = [o for o in sorted(options, key=_Key, reverse=True)
-             if not choice.budget or memory_plan.Fits(o.peak, choice.budget, margin)]
+  fitting = _Fitting(sorted(options, key=_Key, reverse=True), choice.budget, margin)
   plain = [o for o in fitting if _IsPlain(o)]
   plain.sort(key=lambda o: o.candidate.schedule != 'gpipe')
   others = _Distinct([o for o in fitting if not _IsPlain(o)], step_trials.MAX_CANDIDATES)
