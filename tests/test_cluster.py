@@ -4,6 +4,7 @@ import pytest
 
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
+from lingpipe.distributed import remote
 from lingpipe.model import model_registry
 
 
@@ -34,3 +35,15 @@ def test_too_late_to_add_devices():
 def test_max_num_splits_finds_pipelines_in_params():
   assert cluster.MaxNumSplits(model_registry.GetParams('synthetic.Mlp')) == 0
   assert cluster.MaxNumSplits(model_registry.GetParams('synthetic.DeepMlpGPipe')) == 2
+
+
+def test_a_worker_that_only_failed_to_reach_a_dead_worker_is_not_named():
+  dead = (0, '127.0.0.1:42665', 'it ran out of memory: the kernel killed it at its budget of 1.00 GiB')
+  relayed = (1, '127.0.0.1:45397', 'UnavailableError: failed to connect to all addresses; last error: UNKNOWN: '
+             'ipv4:127.0.0.1:42665: Failed to connect to remote host: Connection refused')
+  assert remote._WithoutRelayed([dead, relayed]) == [dead]
+  alone = (1, '127.0.0.1:45397', 'UnavailableError: Socket closed')
+  assert remote._WithoutRelayed([dead, alone]) == [dead, alone]
+  # Two workers that each name the other are both kept: neither is known to be the one alive.
+  other = (0, '127.0.0.1:42665', 'UnavailableError: ipv4:127.0.0.1:45397: Connection refused')
+  assert remote._WithoutRelayed([other, relayed]) == [other, relayed]

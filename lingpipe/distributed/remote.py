@@ -157,6 +157,14 @@ def ErrorSummary(error):
   return ('%s: %s' % (type(error).__name__, line[:200])).rstrip(': ')
 
 
+def _WithoutRelayed(problems):
+  """`problems` less the workers whose only problem is reaching another worker that is itself named: TensorFlow
+  runs a probe's op on a live worker through the whole cluster, so one dead worker fails the others' probes too."""
+  addresses = [a for _, a, _ in problems]
+  relayed = [(t, a, p) for t, a, p in problems if any(other != a and other in p for other in addresses)]
+  return [problem for problem in problems if problem not in relayed] if len(relayed) < len(problems) else problems
+
+
 def WorkerCommand(spec, job, task, memory=None):
   """The command that starts worker `task` (with the --memory_limit it had, given its identity's `memory`)."""
   limit = ' --memory_limit=%dMiB' % (memory['limit'] // 2**20) if memory and memory.get('source') == (
@@ -210,7 +218,7 @@ class RemoteCluster(cluster.Cluster):
       thread.start()
     for thread in threads:
       thread.join()
-    return [results[t] for t in sorted(results)]
+    return _WithoutRelayed([results[t] for t in sorted(results)])
 
   def WorkerBudgets(self):
     """'task 0: 1.50 GiB (--memory_limit; enforced by ...); ...' of the workers with a budget, or ''."""
