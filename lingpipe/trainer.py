@@ -157,6 +157,9 @@ def ChoosePipeline(p, out=None):
     remote = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)[0]
   if remote is not None and not pipeline_choice.ReusesRecorded(p, recorded):
     return None  # Chosen among the workers once connected (SetUpCluster).
+  workers = None
+  if remote is not None:
+    workers = max(1, len(remote[p.cluster.job]) // max(1, p.cluster.num_replicas))
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   total = pipeline_choice.LocalDevices(FLAGS.pipeline_devices)
@@ -165,7 +168,8 @@ def ChoosePipeline(p, out=None):
     cluster.ConfigureLocalDevices(total)  # Before the layers are timed: TensorFlow starts then.
   budget, peak_of, what = pipeline_choice.Budget(
       p, FLAGS.device_memory, on_gpus=bool(tf.config.list_physical_devices('GPU')), out=out)
-  return pipeline_choice.Resolve(p, num_devices, budget, peak_of, what, recorded_text=recorded, out=out)
+  return pipeline_choice.Resolve(p, num_devices, budget, peak_of, what, recorded_text=recorded, out=out,
+                                 workers=workers)
 
 
 def _RecordedParams():

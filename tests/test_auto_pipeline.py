@@ -151,3 +151,31 @@ def test_a_keras_pipeline_chooses_at_the_first_fit_shows_it_in_summary_and_saves
   assert config['remat'] == 'never' and 16 % config['num_micro_batches'] == 0  # From fit's batch of 16.
   again = pipelined.fit(np.ones((32, 32), np.float32), np.zeros((32, 4), np.float32), batch_size=16, verbose=0)
   assert np.isfinite(again.history['loss'][0]) and 'Chosen for' not in capsys.readouterr().out  # Chosen once.
+
+
+def _WorkerRecord(num_splits, workers):
+  devices = ', '.join('/job:worker/replica:0/task:%d/device:CPU:0' % t for t in range(workers))
+  return '\n'.join([
+      'task.network.num_splits : %d' % num_splits, 'task.network.num_micro_batches : 2',
+      "task.network.remat : 'never'", "task.network.schedule : 'gpipe'", "task.network.balance : 'uniform'",
+      'task.network.virtual_stages : 1',
+      "task.network.auto_choice : 'K=%d, M=2 | machine=workers %s | budget=none | date=2026-11-29'" % (
+          num_splits, devices)])
+
+
+@pytest.mark.parametrize('workers', [1, 3])
+def test_a_choice_made_on_workers_is_refused_on_too_few_and_said_on_a_different_set(capsys, workers):
+  from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
+  p = run_params.BuildModelParams(_MODEL, override="task.network.num_splits='auto';task.network.num_micro_batches="
+                                  "'auto';task.network.remat='auto';task.network.schedule='auto'")
+  if workers < 2:
+    with pytest.raises(errors.ConfigError, match=r"recorded configuration has K=2 cells, chosen on 2 worker\(s\); "
+                       r"this cluster has 1 worker\(s\) per replica\. Start the workers it was chosen on, or start a "
+                       r"new logdir \(or set task\.network\.num_splits\) to choose again among these\.$"):
+      pipeline_choice.Resolve(p, 1, recorded_text=_WorkerRecord(2, 2), workers=workers)
+    return
+  pipeline_choice.Resolve(p, 1, recorded_text=_WorkerRecord(2, 2), workers=workers)
+  assert p.task.network.num_splits == 2
+  assert 'It was chosen on 2 worker(s); this is 3 worker(s).' in capsys.readouterr().out
+  pipeline_choice.Resolve(p.Copy(), 1, recorded_text=_WorkerRecord(2, 3), workers=3)
+  assert 'It was chosen on' not in capsys.readouterr().out

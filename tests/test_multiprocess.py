@@ -286,8 +286,18 @@ def test_pipeline_auto_chooses_among_the_workers_trains_and_a_resume_reuses_it(t
     first = _Trainer(w.spec_text, tmp_path / 'run', '--pipeline=auto', '--max_steps=2', timeout=400)
     assert first.returncode == 0, first.stderr[-3000:]
     assert 'Pipeline task.network chosen' in first.stdout and 'stepped s' in first.stdout, first.stdout[-3000:]
+    assert re.search(r'a hand-off [\d.]+ ms \+ [\d.]+ ms a MiB', first.stdout), first.stdout[-3000:]
     recorded = open(tmp_path / 'run' / 'params.txt').read()
     assert 'machine=workers /job:worker/replica:0/task:0/device:CPU:0' in recorded
     resumed = _Trainer(w.spec_text, tmp_path / 'run', '--pipeline=auto', '--max_steps=3', timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "the run's recorded configuration" in resumed.stdout and 'It was chosen on' not in resumed.stdout
+  num_splits = int(re.search(r'task\.network\.num_splits : (\d+)', recorded).group(1))
+  with local_cluster.LocalCluster(1) as w:  # A different worker set: one line, or a note where K still fits.
+    other = _Trainer(w.spec_text, tmp_path / 'run', '--pipeline=auto', '--max_steps=4', timeout=300)
+  if num_splits > 1:
+    assert other.returncode == 1 and other.stderr.strip().splitlines()[-1].startswith(
+        "lingpipe-train: error: Pipeline task.network: the run's recorded configuration has K=%d cells, chosen on 2 "
+        'worker(s); this cluster has 1 worker(s) per replica.' % num_splits), other.stderr[-3000:]
+  else:
+    assert other.returncode == 0 and 'It was chosen on 2 worker(s); this is 1 worker(s).' in other.stdout

@@ -54,6 +54,27 @@ def test_cell_calls_and_a_split_backward_cost_what_is_measured():
                            terms) == pytest.approx(1.0 + 2.4 + 3 * 0.5)
 
 
+def test_a_hand_off_is_paid_by_the_action_that_sends_to_another_device():
+  terms = step_time.Terms(concurrency=(1.0, 2.0), handoff=0.25, handoff_per_byte=0.5 / 2**20)
+  plan = schedule.MakePlan('gpipe', 1, 2, 'never', 2)
+  # F0, hand-off of 1 MiB, F1, B1, its input gradient handed back, B0.
+  assert step_time.Predict(plan, (1.0, 1.0), (2.0, 2.0), terms, handoff_bytes=(2**20, 4)) == pytest.approx(
+      1.0 + 0.75 + 1.0 + 2.0 + 0.75 + 2.0)
+  assert step_time.Predict(plan, (1.0, 1.0), (2.0, 2.0), terms) == pytest.approx(6.0)  # No sizes: not counted.
+  one = schedule.MakePlan('gpipe', 1, 1, 'never', 1)  # One device: nothing to hand off.
+  assert step_time.Predict(one, (2.0,), (4.0,), terms, handoff_bytes=(2**20,)) == pytest.approx(6.0)
+  assert step_time.Describe(terms).endswith('a hand-off 250.00 ms + 500.00 ms a MiB')
+
+
+def test_a_hand_off_between_logical_devices_costs_little_and_is_never_negative():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top
+  devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
+  fixed, per_byte = call_costs.Handoff(devices, repeats=2)
+  assert 0 <= fixed < 0.01 and 0 <= per_byte * 2**20 < 0.05  # In one process: under 10 ms, 50 ms a MiB.
+  assert call_costs.Handoff(devices[:1]) == (0.0, 0.0)
+
+
 def test_the_terms_are_measured_here_with_the_models_own_layer():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
@@ -85,7 +106,7 @@ def test_every_micro_batch_size_is_timed_while_it_is_cheap_the_rest_interpolated
   sizes = []
   measure = layer_times.Measure
   monkeypatch.setattr(layer_times, 'Measure', lambda *a, **k: sizes.append(a[2]) or measure(*a, **k))
-  monkeypatch.setattr(step_time, 'Measure', lambda unit, devices, call_terms: step_time.IDEAL)
+  monkeypatch.setattr(step_time, 'Measure', lambda *unused: step_time.IDEAL)
   monkeypatch.setattr(auto_config, 'EXACT_SIZES_SECONDS', exact_seconds)
   monkeypatch.setattr(auto_config, 'MicroBatchChoices', lambda batch: (1, 2, 3, 4, 6))
   predicted = auto_config.Predict(util.Tanh(2, dim=16), [48, 16], 1, fixed={'remat': 'never', 'schedule': 'gpipe'})

@@ -108,3 +108,37 @@ def PerAction(width=512, layers=4, batch=512):
   work = lambda t, m: m * (sum(t.forward) + sum(t.backward))
   # The calls one M=1 step and one M=8 step make: a forward and a backward per micro-batch.
   return max(0.0, ((eight - work(micro, 8)) - (one - work(whole, 1))) / (2 * 8 - 2))
+
+
+HANDOFF_BYTES = (2**16, 2**22)  # The two tensor sizes a hand-off is timed at: its fixed cost and its cost a byte.
+_COPIES = 8  # Hand-offs per timed call, so that the call's own cost is spread over them.
+
+
+def Handoff(devices, sizes=HANDOFF_BYTES, repeats=5):
+  """(seconds, seconds a byte) a hand-off of a tensor from devices[0] to devices[1] costs beyond the same work on
+  devices[0] alone: the line through its cost at the two `sizes`. Between worker processes TensorFlow serializes
+  the tensor and sends it through gRPC; between logical devices of one process it costs about nothing. (0, 0) with
+  fewer than two devices."""
+  if len(devices) < 2:
+    return 0.0, 0.0
+  per_copy = []
+  for size in sizes:
+    with tf.device(devices[0]):
+      source = tf.Variable(tf.zeros([max(size // 4, 1)]), trainable=False)
+    seconds = []
+    for receiver in (devices[0], devices[1]):
+
+      @tf.function(autograph=False)
+      def Copies(receiver=receiver, source=source):
+        firsts = []
+        for i in range(_COPIES):
+          with tf.device(devices[0]):
+            fresh = source + float(i)  # A new tensor each time, as a cell's output is.
+          with tf.device(receiver):
+            firsts.append(fresh[0])  # The whole tensor travels; the receiver computes next to nothing.
+        return tf.add_n(firsts)
+
+      seconds.append(Seconds(lambda f=Copies: f().numpy(), repeats))
+    per_copy.append(max(0.0, (seconds[1] - seconds[0]) / _COPIES))
+  per_byte = max(0.0, (per_copy[1] - per_copy[0]) / (sizes[1] - sizes[0]))
+  return max(0.0, per_copy[0] - per_byte * sizes[0]), per_byte

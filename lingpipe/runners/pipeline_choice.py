@@ -63,8 +63,9 @@ def ReusesRecorded(p, recorded_text):
   return all(_Recorded(recorded_text, path) is not None for path, _ in Pending(p))
 
 
-def _Reuse(p, path, pipe, recorded, num_devices, out):
-  """Takes the recorded choice for the fields still 'auto'; says so, and says a changed machine."""
+def _Reuse(p, path, pipe, recorded, num_devices, out, workers=None):
+  """Takes the recorded choice for the fields still 'auto'; says so, and says a changed machine (or worker set:
+  `workers`, the cluster's worker count per replica, refuses a recorded K it cannot hold)."""
   auto = [name for name in FIELDS if pipe.Get(name) == AUTO]
   p.FromText('\n'.join('%s.%s : %s' % (path, name, recorded[name]) for name in auto + ['virtual_stages',
                                                                                         'auto_choice']
@@ -73,11 +74,24 @@ def _Reuse(p, path, pipe, recorded, num_devices, out):
   line = ("Pipeline %s: the run's recorded configuration (K=%d, M=%d, remat=%s, %s, balance %s; chosen %s), not "
           'timed again.' % (path, pipe.num_splits, pipe.num_micro_batches, pipe.remat, pipe.schedule,
                             params_text.EncodeValue(pipe.balance), facts.get('date', 'earlier')))
-  if facts.get('machine') and not facts['machine'].startswith('workers ') and facts['machine'] != MachineKey(
-      num_devices):
+  machine = facts.get('machine', '')
+  here = MachineKey(num_devices) if workers is None else '%d worker(s)' % workers
+  if workers is not None and pipe.num_splits > workers:
+    raise errors.ConfigError(
+        "Pipeline %s: the run's recorded configuration has K=%d cells, chosen on %s; this cluster has %d worker(s) "
+        'per replica. Start the workers it was chosen on, or start a new logdir (or set %s.num_splits) to choose '
+        'again among these.' % (path, pipe.num_splits, _Machine(machine), workers, path))
+  if machine and _Machine(machine) != here:
     line += (' It was chosen on %s; this is %s. To choose again here, start a new logdir or set the fields.' % (
-        facts['machine'], MachineKey(num_devices)))
+        _Machine(machine), here))
   print(line, file=out, flush=True)
+
+
+def _Machine(key):
+  """A recorded machine key as said in a message: 'N worker(s)' for a cluster's 'workers <device>, ...'."""
+  if key.startswith('workers '):
+    return '%d worker(s)' % len(key[len('workers '):].split(', '))
+  return key
 
 
 def _Layers(p, path, pipe):
@@ -106,11 +120,12 @@ def _Layers(p, path, pipe):
 
 
 def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_text=None, out=None, log=None,
-            measure=True, devices=None) -> Optional[auto_config.Choice]:
+            measure=True, devices=None, workers=None) -> Optional[auto_config.Choice]:
   """Chooses the 'auto' fields of the (one) pipeline of model params `p` in place and prints the choice; reuses
   a choice `recorded_text` (a run's params.txt) holds. `budget`: bytes or None; `peak_of(candidate)`: what must
   fit it (default the fullest device's peak), `what` names it. `devices`: the devices to choose among (a cluster's
-  workers'; default the first `num_devices` local ones). Returns the Choice, or None when nothing was chosen here."""
+  workers'; default the first `num_devices` local ones). `workers`: on a cluster, its worker count per replica, which a
+  reused choice must fit. Returns the Choice, or None when nothing was chosen here."""
   pending = Pending(p)
   if not pending:
     return None
@@ -123,7 +138,7 @@ def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_tex
   if recorded is not None:
     changed = [name for name in fixed if params_text.EncodeValue(fixed[name]) != recorded.get(name)]
     if not changed:
-      _Reuse(p, path, pipe, recorded, num_devices, out)
+      _Reuse(p, path, pipe, recorded, num_devices, out, workers)
       return None
     print('Pipeline %s: %s set differently from the recorded choice (%s); choosing again.' % (
         path, ', '.join(changed), '; '.join('%s : %s' % (n, recorded.get(n)) for n in changed)), file=out)

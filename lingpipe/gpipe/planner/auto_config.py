@@ -191,7 +191,7 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
     splits = (fixed or {}).get('schedule', 'zero_bubble') == 'zero_bubble'
     call_terms = lambda: (call_costs.SplitBackward(heaviest, size, times_at_size, batch_dim) if splits else 0.0,
                           call_costs.PerAction())
-    terms = step_time.Measure(unit, devices, call_terms)
+    terms = step_time.Measure(unit, devices, call_terms, lambda: call_costs.Handoff(devices))
     plain = sum(Times(batch).forward) + sum(Times(batch).backward) + 2 * terms.per_action
   options = Options(layer_params, input_shapes, batch, num_devices, fixed or {}, peak_of, times, slots=slots,
                     dtype_size=dtype_size, fprop_dtype=fprop_dtype, terms=terms)

@@ -27,8 +27,8 @@ schedule's Plan, so every schedule is planned alike. Assumptions: a backward's t
 beyond the working set are not counted (nor the allocator's rounding), layers that cannot be traced
 on float inputs (token ids) count their outputs alone, micro-batches cost their share of the flops
 (small micro-batches are slower on real hardware; measure with benchmarks/pipeline_benchmark.py),
-transfers are free (they are not: interleaved 1F1B makes vK-1 hand-offs per micro-batch and pass
-instead of K-1; see the README).
+and in flops transfers are free. With measured times (step_time.py) a hand-off costs what the devices
+measured (interleaved 1F1B makes vK-1 of them per micro-batch and pass instead of K-1).
 
 `tools/plan_pipeline.py` prints the table for a registered model and recommends the fastest
 configuration that fits; benchmarks/pipeline_benchmark.py's remat section prints the prediction
@@ -36,6 +36,7 @@ beside the measured peak.
 """
 
 import functools
+import itertools
 from typing import List, NamedTuple, Tuple
 
 import tensorflow as tf
@@ -272,7 +273,9 @@ def PredictedSpeedup(layers, counts, num_micro, remat, schedule='gpipe', num_dev
     micro = (micro_times.forward, micro_times.backward)
     terms = terms or step_time.IDEAL
   plain = sum(whole[0]) + sum(whole[1]) + 2 * terms.per_action  # one forward and one backward call
-  pipelined = step_time.Predict(plan, *step_time.CellTimes(counts, *micro), terms=terms)
+  ends = list(itertools.accumulate(counts))
+  handoff_bytes = [layers.out_bytes[end - 1] / num_micro for end in ends]  # each cell's result, one micro-batch
+  pipelined = step_time.Predict(plan, *step_time.CellTimes(counts, *micro), terms=terms, handoff_bytes=handoff_bytes)
   return plain / pipelined if pipelined else 1.0
 
 

@@ -10,7 +10,10 @@ What is measured (`Measure`, each time the trainer chooses, on its own devices):
   concurrency      the throughput of K devices each running the same work at once, over one device's
   split_backward   what splitting a backward in two (zero bubble) adds to it, with the model's heaviest layer
   per_action       seconds a cell's forward or backward costs beyond its layers' times
-The last two are measured with a real pipeline (gpipe/call_costs.py).
+  handoff          seconds, and seconds a byte, a cell's result costs to hand to the next cell's device
+                   (worker processes copy it through gRPC; logical devices of one process about nothing),
+                   added to the action that sends it
+The last three are measured with real pipelines and copies (gpipe/call_costs.py).
 """
 
 import threading
@@ -26,6 +29,8 @@ class Terms(NamedTuple):
   concurrency: Tuple[float, ...]  # [K-1]: throughput of K devices at once, in one device's
   split_backward: float = 0.0  # extra fraction of a backward when split into BACKWARD and WEIGHT
   per_action: float = 0.0  # seconds a cell call costs
+  handoff: float = 0.0  # seconds a hand-off to another device costs, whatever its size
+  handoff_per_byte: float = 0.0  # and a byte of it
 
   def Concurrency(self, num_devices):
     if num_devices <= len(self.concurrency):
@@ -36,18 +41,25 @@ class Terms(NamedTuple):
 IDEAL = Terms(concurrency=())  # devices that run in parallel at full speed; nothing else costs
 
 
-def Predict(plan, forward, backward, terms=IDEAL) -> float:
+def Predict(plan, forward, backward, terms=IDEAL, handoff_bytes=None) -> float:
   """Seconds of a training step of `plan`, given each cell's measured forward and backward seconds
-  at one micro-batch (`forward[c]`, `backward[c]`: its layers' times added up)."""
+  at one micro-batch (`forward[c]`, `backward[c]`: its layers' times added up) and the bytes of each
+  cell's result at one micro-batch (`handoff_bytes[c]`; the gradient it receives back is as large)."""
   split = 1.0 + terms.split_backward if plan.splits_backward else 1.0
+  device = {a.cell: a.device for phase in plan.phases for tick in phase.ticks for a in tick}
+
+  def Handoff(cell, to_cell):
+    if handoff_bytes is None or not 0 <= to_cell < plan.num_cells or device[to_cell] == device[cell]:
+      return 0.0
+    return terms.handoff + terms.handoff_per_byte * handoff_bytes[min(cell, to_cell)]
 
   def Cost(a):
     k = a.cell
     if a.kind == plan_lib.FORWARD:
-      cost = forward[k]
+      cost = forward[k] + Handoff(k, k + 1)
     elif a.kind == plan_lib.BACKWARD:
       cost = (backward[k] * split / 2 if plan.splits_backward else backward[k]) + (
-          forward[k] if a.recompute else 0.0)
+          forward[k] if a.recompute else 0.0) + Handoff(k, k - 1)
     else:  # WEIGHT
       cost = backward[k] * split / 2
     return cost + terms.per_action
@@ -83,18 +95,23 @@ def MeasureConcurrency(run, devices, repeats=3):
                         for k in range(2, len(devices) + 1))
 
 
-def Measure(run, devices, call_terms) -> Terms:
-  """This machine's Terms for pipelines on `devices` (logical device names, at least one), the
+def Measure(run, devices, call_terms, handoff=lambda: (0.0, 0.0)) -> Terms:
+  """This machine's Terms for pipelines on `devices` (device names, at least one), the
   devices' concurrency measured with run(device), a unit of the model's own work
-  (layer_times.RunsOnDevice of layer_times.Heaviest), and call_terms() the (split_backward,
-  per_action) a real pipeline measures (call_costs.SplitBackward and PerAction)."""
+  (layer_times.RunsOnDevice of layer_times.Heaviest), call_terms() the (split_backward,
+  per_action) a real pipeline measures (call_costs.SplitBackward and PerAction), and handoff() the
+  (seconds, seconds a byte) of a hand-off between two of the devices (call_costs.Handoff)."""
   split, per_action = call_terms()
-  return Terms(MeasureConcurrency(run, devices), split, per_action)
+  fixed, per_byte = handoff()
+  return Terms(MeasureConcurrency(run, devices), split, per_action, fixed, per_byte)
 
 
 def Describe(terms) -> str:
-  """'2 devices run 1.73x one device's work; a split backward costs 9% more; a cell call 1.0 ms'."""
+  """'2 devices run 1.73x one device's work; a split backward costs 9% more; a cell call 1.0 ms[; a hand-off
+  0.20 ms + 1.50 ms a MiB]'."""
   parts = ['%d devices run %.2fx one device\'s work' % (k + 1, c) for k, c in enumerate(terms.concurrency) if k]
   parts.append('a split backward costs %.0f%% more' % (100 * terms.split_backward))
   parts.append('a cell call %.1f ms' % (1000 * terms.per_action))
+  if terms.handoff or terms.handoff_per_byte:
+    parts.append('a hand-off %.2f ms + %.2f ms a MiB' % (1000 * terms.handoff, 1000 * 2**20 * terms.handoff_per_byte))
   return '; '.join(parts)
