@@ -23,6 +23,12 @@ setuptools.setup(
     install_requires=[
         'absl-py>=2.0',
         'numpy>=1.26',
+        # Imported directly (lingpipe/keras, the Keras pipelines); TensorFlow 2.21 brings Keras 3, whose next major
+        # version may move the few private modules lingpipe/keras names (each says why in a comment).
+        'keras>=3.12,<4',
+        # Imported directly: checkpoints' text format and the SavedModel's messages (runners/checkpointer.py,
+        # exporter.py); the range TensorFlow 2.21 accepts.
+        'protobuf>=6.31.1,<8',
         'sentencepiece>=0.2',
         # BLEU with a reproducible signature (--mode=decode of the MT task).
         'sacrebleu>=2.4',
@@ -34,9 +40,10 @@ setuptools.setup(
         'cpu': ['tensorflow-cpu>=2.21,<2.22'],
         'gpu': ['tensorflow[and-cuda]>=2.21,<2.22'],
         # matplotlib draws the pipeline timeline (--mode=profile, benchmarks/pipeline_timeline.py): axes, lanes and
-        # labels we would otherwise write ourselves; only imported when a chart is drawn.
+        # labels we would otherwise write ourselves; only imported when a chart is drawn (the tests draw some).
         # pytest-xdist runs the suite in two processes: its tests keep one core busy each, so the README's test
         # command takes about half the time on 2 cores.
+        'charts': ['matplotlib>=3.8'],
         'test': ['pytest>=8', 'pytest-xdist>=3.5', 'matplotlib>=3.8'],
     },
     entry_points={'console_scripts': ['lingpipe-train=lingpipe.trainer:Main', 'lingpipe-worker=lingpipe.worker:Main']},

@@ -10,7 +10,9 @@
 import warnings
 
 import keras
-from keras.src.ops import function as keras_function
+# A functional model's own calls of a layer are keys of its private _nodes; Keras 3 has no public way to ask which
+# calls are the model's, and make_node_key is how Keras itself spells those keys.
+from keras.src.ops.function import make_node_key
 
 from lingpipe.core import errors
 
@@ -69,7 +71,7 @@ def Units(model, cut_at=None):
 def _OwnNodes(model, op):
   """The calls of `op` that belong to `model`'s graph (making sub-models of a graph adds calls to its layers)."""
   return [node for i, node in enumerate(op._inbound_nodes)  # pylint: disable=protected-access
-          if keras_function.make_node_key(op, i) in model._nodes]  # pylint: disable=protected-access
+          if make_node_key(op, i) in model._nodes]  # pylint: disable=protected-access
 
 
 def NarrowPoints(model):

@@ -31,7 +31,8 @@ import warnings
 import zlib
 
 import keras
-from keras.src import backend as keras_backend  # AutocastScope: what Keras's own __call__ opens (ComputeScope).
+# AutocastScope, what Keras's own __call__ opens (ComputeScope), has no public name in Keras 3.
+from keras.src.backend import AutocastScope
 import tensorflow as tf
 
 from lingpipe.core import base_layer
@@ -68,9 +69,9 @@ def ConvertInputs(layer, inputs):
 def ComputeScope(layer):
   """The autocast scope Keras's __call__ opens for `layer`: its variables read in its compute dtype when that
   differs from theirs (a mixed precision policy); else no scope."""
-  if (layer.autocast and keras_backend.is_float_dtype(layer.compute_dtype) and
+  if (layer.autocast and keras.backend.is_float_dtype(layer.compute_dtype) and
       layer.compute_dtype != layer.variable_dtype):
-    return keras_backend.AutocastScope(layer.compute_dtype)
+    return AutocastScope(layer.compute_dtype)
   return contextlib.nullcontext()
 
 
