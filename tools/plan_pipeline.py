@@ -81,6 +81,8 @@ def Plan(args, out=None):
   peak_of, where = _ProcessPeak(args, out)
   fits = (lambda c: memory_plan.Fits(peak_of(c), device_memory)) if device_memory else (lambda c: True)
   shown = candidates if args.all or not device_memory else [c for c in candidates if fits(c)]
+  if not shown:  # Nothing fits: the smallest, so that the table says by how much.
+    shown = sorted(candidates, key=peak_of)[:_SMALLEST_SHOWN]
   print('# %s: %d layers, batch %d, %d device(s)%s, weights %s, computes in %s; peak = the fullest device '
         '(MiB)%s' % (args.model, len(layers), batch, args.devices, ' of ' + args.device_memory if device_memory else '',
                      pipe.dtype.name, pipelines[0].fprop_dtype.name, '; process = ' + where if where else ''),
@@ -95,15 +97,28 @@ def Plan(args, out=None):
           file=out)
     return candidates, None
   best = memory_plan.Recommend(candidates, device_memory, peak_of)
+  column = 'process MiB' if where else 'peak MiB'
   if best is None:
     smallest = min(candidates, key=peak_of)
-    print('Nothing fits in %s less 10%%: the smallest peak is %.1f MiB (remat=%s, K=%d, M=%d). Use more devices or '
-          'more memory.' % (args.device_memory, peak_of(smallest) / 2**20, smallest.remat, smallest.num_splits,
-                            smallest.num_micro_batches), file=out)
+    print('Nothing fits in %s less 10%%: the smallest in the %s column is %.1f MiB (%s, its fullest device %.1f MiB, '
+          'shown above with the next %d smallest). Use more devices or more memory%s.' % (
+              args.device_memory, column, peak_of(smallest) / 2**20, _Named(smallest), smallest.peak / 2**20,
+              min(len(candidates), _SMALLEST_SHOWN) - 1,
+              '' if not where else ', or --processes=devices if each device has its own memory apart from its '
+              "process's"), file=out)
   else:
-    print('Recommended: --model_params_override="%s"  (peak %.1f MiB of %s, predicted %.2fx the plain model)' % (
-        best.Override(), peak_of(best) / 2**20, args.device_memory, best.speedup), file=out)
+    print('Recommended: --model_params_override="%s"  (%.1f MiB in the %s column, of %s; predicted %.2fx the plain '
+          'model)' % (best.Override(), peak_of(best) / 2**20, column, args.device_memory, best.speedup), file=out)
   return candidates, best
+
+
+_SMALLEST_SHOWN = 5  # Rows shown when nothing fits.
+
+
+def _Named(candidate):
+  """'K=2, M=32, remat=always, 1f1b' (with v for interleaved 1F1B)."""
+  schedule = candidate.schedule + (' v=%d' % candidate.virtual_stages if candidate.virtual_stages > 1 else '')
+  return 'K=%d, M=%d, remat=%s, %s' % (candidate.num_splits, candidate.num_micro_batches, candidate.remat, schedule)
 
 
 def _ProcessPeak(args, out):

@@ -6,7 +6,9 @@ full module path (`mypkg.models.Big`); pass that to `--model` and the module is 
 """
 
 import importlib
+import os
 import pkgutil
+import sys
 
 from lingpipe.core import errors
 from lingpipe.model import base_model_params
@@ -50,26 +52,41 @@ def GetAllRegisteredModels():
 
 
 def _TryImport(key):
+  """Imports the module `key` names (under lingpipe.params, else as given, also from the current folder as
+  `python -m` would); returns what a failure to find it should say, or ''."""
   module = key.rsplit('.', 1)[0] if '.' in key else ''
+  if not module:
+    return ''
   for name in (PARAMS_PACKAGE + '.' + module, module):
-    if not name or name.endswith('.'):
-      continue
-    try:
-      importlib.import_module(name)
-      return
-    except ModuleNotFoundError as e:
-      if e.name is None or not name.startswith(e.name):
-        raise  # The module exists but one of its own imports is missing: a real error.
+    for folder in (None, os.getcwd()):
+      if folder is not None:
+        if folder in sys.path:
+          continue
+        sys.path.append(folder)  # Kept where the import succeeds: the module's own imports may need it later.
+      try:
+        importlib.import_module(name)
+        return ''
+      except ModuleNotFoundError as e:
+        if folder is not None:
+          sys.path.remove(folder)
+        if e.name is None or not name.startswith(e.name):
+          raise  # The module exists but one of its own imports is missing: a real error.
+  return (' No module %s was found in lingpipe.params, the current folder (%s) or the Python path; a model of your '
+          'own package is imported from there.' % (module, os.getcwd()))
 
 
 def GetClass(key):
   """The registered class for `key`; unknown keys raise ConfigError listing the near matches."""
+  not_found = ''
   if key not in _REGISTRY:
-    _TryImport(key)
+    not_found = _TryImport(key)
   if key not in _REGISTRY:
     known = GetAllRegisteredModels()
     raise errors.ConfigError('Unknown model %r.%s (%d models registered; list them with '
-                             'lingpipe-train --mode=list.)' % (key, errors.DidYouMean(key, known), len(known)))
+                             'lingpipe-train --mode=list.)%s' % (key, errors.DidYouMean(key, known), len(known),
+                                                                 not_found if '.' in key and not any(
+                                                                     k.startswith(key.rsplit('.', 1)[0] + '.')
+                                                                     for k in known) else ''))
   return _REGISTRY[key]
 
 

@@ -107,9 +107,10 @@ def Measure(run, devices, call_terms, handoff=lambda: (0.0, 0.0)) -> Terms:
 
 
 def Describe(terms) -> str:
-  """'2 devices run 1.73x one device's work; a split backward costs 9% more; a cell call 1.0 ms[; a hand-off
-  0.20 ms + 1.50 ms a MiB]'."""
-  parts = ['%d devices run %.2fx one device\'s work' % (k + 1, c) for k, c in enumerate(terms.concurrency) if k]
+  """'2 devices at once do 1.73x the work of one alone (2.00x: no sharing); a split backward costs 9% more; a cell
+  call 1.0 ms[; a hand-off 0.20 ms + 1.50 ms a MiB]'."""
+  parts = ['%d devices at once do %.2fx the work of one alone (%.2fx: no sharing)' % (k + 1, c, k + 1)
+           for k, c in enumerate(terms.concurrency) if k]
   parts.append('a split backward costs %.0f%% more' % (100 * terms.split_backward))
   parts.append('a cell call %.1f ms' % (1000 * terms.per_action))
   if terms.handoff or terms.handoff_per_byte:
