@@ -29,7 +29,7 @@ process_setup.SetUpProcess()  # Before TensorFlow loads, as in the processes it 
 from lingpipe import binary  # pylint: disable=g-import-not-at-top
 from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
 from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
-from lingpipe.distributed import memory_cgroup  # pylint: disable=g-import-not-at-top
+from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top
 from lingpipe.runners import memory_trials  # pylint: disable=g-import-not-at-top
 from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
 

@@ -50,7 +50,7 @@ def SetUpProcess(argv):
 def _MemoryBudget(argv, name):
   """The process's memory budget (--memory_limit, or its cgroup's), applied before TensorFlow loads so that all it
   allocates counts (runners/memory_budget.py); once per process."""
-  from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
+  from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
   if '--help' not in argv and '-h' not in argv:  # The trainer's guard is its parent: its line comes first.
     memory_budget.FromCommandLine(argv, name, supervise=name == 'lingpipe-train')
 

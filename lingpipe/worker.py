@@ -122,7 +122,7 @@ def _ReExecute(address):
   """Replaces this process by a fresh lingpipe-worker with the same command line, pid, cgroup and guard: all that
   a gone trainer made here is released with the old process image (worker_lease.py)."""
   from lingpipe import native_log  # pylint: disable=g-import-not-at-top
-  from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
+  from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import worker_lease  # pylint: disable=g-import-not-at-top
   worker_lease.MarkRestarting(address)
   memory_budget.KeepAcrossExec()
@@ -137,8 +137,8 @@ def _MemoryBudget(config, name):
   else the kernel's memory cgroup, with a guard that names a death by it (memory_budget.py)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
-  from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
-  from lingpipe.distributed import memory_cgroup  # pylint: disable=g-import-not-at-top
+  from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
+  from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top
   gpus = tf.config.list_physical_devices('GPU')
   if gpus and FLAGS.memory_limit:
     limit = byte_sizes.Parse(FLAGS.memory_limit, '--memory_limit')

@@ -1,6 +1,7 @@
 """The package's layers import downwards only, and no module imports itself through others.
 
-core is the foundation; distributed builds on it; gpipe on both, its engine (what runs a step) and planner (what
+core is the foundation; memory (a process's budget: cgroups, the guard, the workers' reports) builds on it alone;
+distributed on both; gpipe on core and distributed, its engine (what runs a step) and planner (what
 predicts one) on gpipe's leaf modules (the plan, the schedules, the timeline); model (a registered model's params,
 task and registry) on core and distributed.
 """
@@ -14,7 +15,8 @@ import pytest
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'lingpipe')
 ALLOWED = {  # package -> the lingpipe packages its modules may import
     'core': {'core'},
-    'distributed': {'core', 'distributed'},
+    'memory': {'core', 'memory'},
+    'distributed': {'core', 'memory', 'distributed'},
     'gpipe': {'core', 'distributed', 'gpipe'},
     'layers': {'core', 'layers'},
     'model': {'core', 'distributed', 'model'},

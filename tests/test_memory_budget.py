@@ -13,7 +13,7 @@ import pytest
 
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
-from lingpipe.distributed import memory_cgroup
+from lingpipe.memory import memory_cgroup
 from lingpipe.runners import local_cluster
 
 TRAINER = [sys.executable, '-m', 'lingpipe.trainer']
@@ -88,7 +88,7 @@ def test_a_process_in_a_limited_cgroup_takes_its_limit_as_its_budget(tmp_path):
   try:
     with open(os.path.join(folder, memory_cgroup._LimitFile(_VERSION)), 'w') as f:  # pylint: disable=protected-access
       f.write(str(3 * 2**30))
-    code = ('from lingpipe.distributed import memory_budget as m; import json; '
+    code = ('from lingpipe.memory import memory_budget as m; import json; '
             'print(json.dumps(m.Inherited()._asdict()))')
     done = subprocess.run(['sh', '-c', 'echo $$ > %s/cgroup.procs && exec "$@"' % folder, 'sh', sys.executable, '-c',
                            code], capture_output=True, text=True, timeout=60)

@@ -10,7 +10,7 @@ import pytest
 
 from lingpipe.distributed import remote
 from lingpipe.distributed import worker_lease
-from lingpipe.distributed import worker_memory
+from lingpipe.memory import worker_memory
 from lingpipe.runners import local_cluster
 
 MODEL = 'synthetic.DenseStack'

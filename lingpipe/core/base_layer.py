@@ -105,9 +105,9 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
     p = params.Copy()
     if not p.name:
       raise errors.ConfigError('%s needs a name: set p.name.' % type(self).__name__)
-    if not hyperparams._NAME_RE.match(p.name):
+    if not hyperparams.NAME_RE.match(p.name):
       raise errors.ConfigError('Layer name %r is invalid: it must match %s.' % (
-          p.name, hyperparams._NAME_RE.pattern))
+          p.name, hyperparams.NAME_RE.pattern))
     stack = _BuildStack()
     parent = stack[-2] if len(stack) >= 2 and stack[-1] is self else None
     if p.random_seed is None:
@@ -162,9 +162,9 @@ class BaseLayer(tf.Module, metaclass=_LayerMeta):
     if self._initialized:
       raise errors.ConfigError('%s %r of layer %s must be created in __init__ (the layer is already built).' %
                                (what, name, self.path))
-    if not hyperparams._NAME_RE.match(name):
+    if not hyperparams.NAME_RE.match(name):
       raise errors.ConfigError('%s name %r of layer %s is invalid: it must match %s.' % (
-          what, name, self.path, hyperparams._NAME_RE.pattern))
+          what, name, self.path, hyperparams.NAME_RE.pattern))
     if name in self._child_names or name in self._var_names:
       raise errors.ConfigError('Layer %s already has a child or variable named %r.' % (self.path, name))
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 from lingpipe.core import errors
 from lingpipe.core import params_text
 
-_NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
+NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
 _PATH_TOKEN_RE = re.compile(r'^([a-z_][a-z0-9_]*)((?:\[\d+\])*)$')
 
 
@@ -82,8 +82,8 @@ class Params:
     param_checks.Check, applied to the default and to every value set later)."""
     if self._immutable:
       raise errors.FrozenParamsError('Cannot Define(%r) on frozen Params.' % name)
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-      raise errors.ConfigError('Param name %r is invalid: it must match %s.' % (name, _NAME_RE.pattern))
+    if not isinstance(name, str) or not NAME_RE.match(name):
+      raise errors.ConfigError('Param name %r is invalid: it must match %s.' % (name, NAME_RE.pattern))
     if name in self._params:
       raise errors.ConfigError('Param %r is already defined (as %s).' % (name, self._params[name].description))
     if not description or not isinstance(description, str):

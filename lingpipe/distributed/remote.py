@@ -31,9 +31,9 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
-from lingpipe.distributed import memory_cgroup
+from lingpipe.memory import memory_cgroup
 from lingpipe.distributed import worker_lease
-from lingpipe.distributed import worker_memory
+from lingpipe.memory import worker_memory
 
 IDENTITY_CONTAINER, IDENTITY_NAME = 'lingpipe', 'worker_identity'
 TCP_TIMEOUT_S = 5.0

@@ -19,8 +19,8 @@ import time
 
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
-from lingpipe.distributed import memory_budget
-from lingpipe.distributed import memory_cgroup
+from lingpipe.memory import memory_budget
+from lingpipe.memory import memory_cgroup
 from lingpipe.distributed import remote
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from lingpipe.distributed import memory_cgroup
+from lingpipe.memory import memory_cgroup
 from lingpipe.runners import local_cluster
 
 

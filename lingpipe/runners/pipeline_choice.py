@@ -180,8 +180,8 @@ def Budget(p, device_memory=None, on_gpus=False, out=None):
   is `device_memory` (text, e.g. '1.5GiB'), else this process's (--memory_limit or its cgroup's limit). On GPUs
   a device's peak must fit it; on CPUs the logical devices share one process, whose peak is predicted from the
   devices' sum by this machine's measured process model (runners/process_memory.py)."""
-  from lingpipe.distributed import memory_budget  # pylint: disable=g-import-not-at-top
-  from lingpipe.distributed import memory_cgroup  # pylint: disable=g-import-not-at-top
+  from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
+  from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
   if device_memory:
     budget = byte_sizes.Parse(device_memory, '--device_memory')
@@ -208,7 +208,7 @@ def WorkerBudget(mesh, device_memory=None, out=None):
   """(budget, peak_of, what) for choosing among the workers of `mesh`: --device_memory, else the smallest budget a
   worker reports (None: for speed alone); what must fit is the fullest worker's process, by this machine's
   measured model of a worker (runners/process_memory.py) where it has a memory cgroup to measure it with."""
-  from lingpipe.distributed import memory_cgroup  # pylint: disable=g-import-not-at-top
+  from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
   budget = byte_sizes.Parse(device_memory, '--device_memory') if device_memory else mesh.SmallestWorkerBudget()
   if budget is None:

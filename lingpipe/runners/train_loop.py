@@ -12,10 +12,10 @@ import tensorflow as tf
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
-from lingpipe.distributed import memory_budget
+from lingpipe.memory import memory_budget
 from lingpipe.distributed import mirrors
 from lingpipe.distributed import remote
-from lingpipe.distributed import worker_memory
+from lingpipe.memory import worker_memory
 from lingpipe.runners import batch_function
 from lingpipe.runners import checkpointer
 from lingpipe.runners import init_from_checkpoint

@@ -8,7 +8,7 @@ its budget and peak, the last checkpoint and a configuration that fits, as the p
 It leaves the same facts as a verdict file that a trainer on this host reads to name a worker's death, and removes
 the cgroup the process made. It ignores the signals that stop the process, so it is there to say what happened.
 
-    python -m lingpipe.distributed.memory_guard --pid=PID --budget=JSON --name=NAME [--remove]
+    python -m lingpipe.memory.memory_guard --pid=PID --budget=JSON --name=NAME [--remove]
 """
 
 import argparse
@@ -21,7 +21,7 @@ import threading
 import time
 
 from lingpipe.core import byte_sizes
-from lingpipe.distributed import memory_cgroup
+from lingpipe.memory import memory_cgroup
 
 
 def _WaitForExit(pid):
@@ -34,7 +34,7 @@ def _WaitForExit(pid):
     select.select([fd], [], [])
     os.close(fd)
     return
-  while memory_cgroup._Alive(pid):  # pylint: disable=protected-access
+  while memory_cgroup.ProcessAlive(pid):
     time.sleep(0.2)
 
 

@@ -11,7 +11,7 @@ import time
 import tensorflow as tf
 
 from lingpipe.core import byte_sizes
-from lingpipe.distributed import memory_cgroup
+from lingpipe.memory import memory_cgroup
 
 NEAR_BUDGET = 0.9  # A death with the last usage above this share of the budget is named as most likely memory.
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 from lingpipe.core import byte_sizes
-from lingpipe.distributed.memory_cgroup import _MakeCgroup, _Write, Budget, Inherited
+from lingpipe.memory.memory_cgroup import Budget, Inherited, MakeCgroup, WriteFile
 
 ENV_VAR = 'LINGPIPE_MEMORY_LIMIT'  # The budget a process runs under, for the processes it starts to know.
 
@@ -43,7 +43,7 @@ def _Apply(limit, name, supervise):
     return inherited, ('%s: note: --memory_limit=%s is above the limit of %s (%s), which stays the budget.' % (
         name, byte_sizes.Format(limit), inherited.source, byte_sizes.Format(inherited.limit)))
   try:
-    version, folder = _MakeCgroup(limit)
+    version, folder = MakeCgroup(limit)
   except (OSError, ValueError) as e:
     why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
     return (Budget(limit, '--memory_limit', ''),
@@ -55,7 +55,7 @@ def _Apply(limit, name, supervise):
   else:
     _StartGuard(budget, name, remove=True)
   try:
-    _Write(os.path.join(folder, 'cgroup.procs'), str(os.getpid()))
+    WriteFile(os.path.join(folder, 'cgroup.procs'), str(os.getpid()))
   except OSError as e:
     return (Budget(limit, '--memory_limit', ''),
             '%s: note: the budget --memory_limit=%s cannot be enforced here (joining %s: %s); the planner still '
@@ -129,7 +129,7 @@ def _Resume():
   _CURRENT[:] = [budget] if budget is not None else []
   if budget is not None and budget.cgroup and budget.version == 1:  # The peak is this image's, from now on.
     try:
-      _Write(os.path.join(budget.cgroup, 'memory.max_usage_in_bytes'), '0')
+      WriteFile(os.path.join(budget.cgroup, 'memory.max_usage_in_bytes'), '0')
     except OSError:
       pass
   if state.get('facts_fd') is not None:
@@ -168,7 +168,7 @@ def _Fork(budget, name):
     _FACTS[:] = [os.fdopen(write_end, 'w')]
     return
   os.close(write_end)
-  from lingpipe.distributed import memory_guard  # pylint: disable=g-import-not-at-top
+  from lingpipe.memory import memory_guard  # pylint: disable=g-import-not-at-top
   status = memory_guard.Supervise(child, budget, name, read_end)
   sys.stdout.flush()
   sys.stderr.flush()
@@ -177,7 +177,7 @@ def _Fork(budget, name):
 
 def _StartGuard(budget, name, remove):
   guard = subprocess.Popen(
-      [sys.executable, '-m', 'lingpipe.distributed.memory_guard', '--pid=%d' % os.getpid(),
+      [sys.executable, '-m', 'lingpipe.memory.memory_guard', '--pid=%d' % os.getpid(),
        '--budget=' + json.dumps(budget._asdict()), '--name=' + name] + (['--remove'] if remove else []),
       stdin=subprocess.PIPE, start_new_session=True, close_fds=True, text=True)
   _FACTS[:] = [guard.stdin]

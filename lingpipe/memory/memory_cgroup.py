@@ -135,12 +135,12 @@ def Charge(pid):
 
 
 # -- making one ------------------------------------------------------------------------------------------------
-def _Write(path, text):
+def WriteFile(path, text):
   with open(path, 'w') as f:
     f.write(text)
 
 
-def _Alive(pid):
+def ProcessAlive(pid):
   try:
     os.kill(pid, 0)
   except ProcessLookupError:
@@ -160,7 +160,7 @@ def RemoveStale(parent):
   for name in names:
     m = re.match(r'^%s(\d+)$' % PREFIX, name)
     path = os.path.join(parent, name)
-    if not m or _Alive(int(m.group(1))) or (_Read(os.path.join(path, 'cgroup.procs')) or '').strip():
+    if not m or ProcessAlive(int(m.group(1))) or (_Read(os.path.join(path, 'cgroup.procs')) or '').strip():
       continue
     try:
       os.rmdir(path)
@@ -170,7 +170,7 @@ def RemoveStale(parent):
   return removed
 
 
-def _MakeCgroup(limit):
+def MakeCgroup(limit):
   """(version, folder) of a new child cgroup of this process's, limited to `limit` bytes; raises OSError, or
   ValueError with the reason where the machine has no memory cgroup to use."""
   version, own = OwnCgroup()
@@ -182,24 +182,24 @@ def _MakeCgroup(limit):
   if version == 2:
     controls = _Read(os.path.join(own, 'cgroup.subtree_control')) or ''
     if 'memory' not in controls.split():
-      _Write(os.path.join(own, 'cgroup.subtree_control'), '+memory')  # EBUSY where own holds processes.
+      WriteFile(os.path.join(own, 'cgroup.subtree_control'), '+memory')  # EBUSY where own holds processes.
   os.makedirs(folder, exist_ok=True)
   try:
     if version == 1:
       try:  # What it holds already moves along, where the kernel still can (recent ones cannot: call Apply early).
-        _Write(os.path.join(folder, 'memory.move_charge_at_immigrate'), '3')
+        WriteFile(os.path.join(folder, 'memory.move_charge_at_immigrate'), '3')
       except OSError:
         pass
-      _Write(os.path.join(folder, 'memory.limit_in_bytes'), str(limit))
+      WriteFile(os.path.join(folder, 'memory.limit_in_bytes'), str(limit))
       if os.path.exists(os.path.join(folder, 'memory.memsw.limit_in_bytes')):
         try:  # No escape into swap, where the kernel accounts it.
-          _Write(os.path.join(folder, 'memory.memsw.limit_in_bytes'), str(limit))
+          WriteFile(os.path.join(folder, 'memory.memsw.limit_in_bytes'), str(limit))
         except OSError:
           pass
     else:
-      _Write(os.path.join(folder, 'memory.max'), str(limit))
+      WriteFile(os.path.join(folder, 'memory.max'), str(limit))
       if os.path.exists(os.path.join(folder, 'memory.swap.max')):
-        _Write(os.path.join(folder, 'memory.swap.max'), '0')
+        WriteFile(os.path.join(folder, 'memory.swap.max'), '0')
   except BaseException:
     os.rmdir(folder)
     raise
