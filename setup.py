@@ -26,7 +26,7 @@ setuptools.setup(
         # Imported directly (lingpipe/keras, the Keras pipelines); TensorFlow 2.21 brings Keras 3, whose next major
         # version may move the few private modules lingpipe/keras names (each says why in a comment).
         'keras>=3.12,<4',
-        # Imported directly: checkpoints' text format and the SavedModel's messages (runners/checkpointer.py,
+        # Imported directly: checkpoints' text format and the SavedModel's messages (logdir/checkpointer.py,
         # exporter.py); the range TensorFlow 2.21 accepts.
         'protobuf>=6.31.1,<8',
         'sentencepiece>=0.2',

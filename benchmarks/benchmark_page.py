@@ -90,7 +90,7 @@ def _Replace(text, key, block):
 def _WriteAtomically(path, text):
   """safe_write.AtomicWrite, its one-line error as the tool's exit message."""
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import safe_write  # pylint: disable=g-import-not-at-top
+  from lingpipe.logdir import safe_write  # pylint: disable=g-import-not-at-top
   try:
     safe_write.AtomicWrite(path, text, what='benchmarks page')
   except errors.UserError as e:

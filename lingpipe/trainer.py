@@ -78,13 +78,13 @@ def Run(argv=None, out=None):
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.model import model_registry  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
+  from lingpipe.logdir import checkpointer  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import decoder  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import evaler  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import exporter  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import inspector  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import interrupt  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import logdir_lock  # pylint: disable=g-import-not-at-top
+  from lingpipe.logdir import logdir_lock  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import profiler  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import train_loop  # pylint: disable=g-import-not-at-top
 
@@ -176,7 +176,7 @@ def _RecordedParams():
   """The params.txt of --logdir's run (its recorded pipeline choice), or None (inspect writes no run)."""
   if not FLAGS.logdir or FLAGS.mode == 'inspect':
     return None
-  from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
+  from lingpipe.logdir import checkpointer  # pylint: disable=g-import-not-at-top
   return checkpointer.RecordedParamsText(FLAGS.logdir)
 
 

@@ -15,10 +15,10 @@ import pytest
 import tensorflow as tf
 
 from lingpipe.core import errors
-from lingpipe.runners import checkpointer
+from lingpipe.logdir import checkpointer
 from lingpipe.runners import decoder
-from lingpipe.runners import safe_write
-from lingpipe.runners import temporaries
+from lingpipe.logdir import safe_write
+from lingpipe.logdir import temporaries
 import trainer_test_util as util
 
 MLP = '--model=synthetic.Mlp'

@@ -8,7 +8,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from lingpipe.runners import checkpointer
+from lingpipe.logdir import checkpointer
 import trainer_test_util as util
 
 MLP = '--model=synthetic.Mlp'

@@ -3,7 +3,8 @@
 core is the foundation; memory (a process's budget: cgroups, the guard, the workers' reports) builds on it alone;
 distributed on both; gpipe on core and distributed, its engine (what runs a step) and planner (what
 predicts one) on gpipe's leaf modules (the plan, the schedules, the timeline); model (a registered model's params,
-task and registry) on core and distributed.
+task and registry) on core and distributed; logdir (what keeps a run's folder safe: atomic writes, checkpoints, the
+lock) on core and distributed. runners (the trainer's modes) and keras sit above them all.
 """
 
 import ast
@@ -18,6 +19,7 @@ ALLOWED = {  # package -> the lingpipe packages its modules may import
     'memory': {'core', 'memory'},
     'distributed': {'core', 'memory', 'distributed'},
     'gpipe': {'core', 'distributed', 'gpipe'},
+    'logdir': {'core', 'memory', 'distributed', 'logdir'},
     'layers': {'core', 'layers'},
     'model': {'core', 'distributed', 'model'},
 }

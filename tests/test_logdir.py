@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 
 from lingpipe.core import errors
-from lingpipe.runners import checkpointer
-from lingpipe.runners import logdir_lock
-from lingpipe.runners import safe_write
+from lingpipe.logdir import checkpointer
+from lingpipe.logdir import logdir_lock
+from lingpipe.logdir import safe_write
 import trainer_test_util as util
 
 MLP = '--model=synthetic.Mlp'

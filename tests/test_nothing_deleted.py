@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from lingpipe.runners import temporaries
+from lingpipe.logdir import temporaries
 import trainer_test_util as util
 
 pytestmark = pytest.mark.slow

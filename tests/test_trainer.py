@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from lingpipe import trainer
-from lingpipe.runners import checkpointer
+from lingpipe.logdir import checkpointer
 import trainer_test_util as util
 
 RunTrainer = util.RunTrainer

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from lingpipe.runners import checkpointer
+from lingpipe.logdir import checkpointer
 
 pytestmark = pytest.mark.slow
 

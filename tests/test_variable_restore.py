@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.core import memory_stats
-from lingpipe.runners import variable_restore
+from lingpipe.logdir import variable_restore
 
 _SIZE = 1 << 20  # floats a variable: 4 MiB
 

@@ -21,7 +21,7 @@ import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
-from lingpipe.runners import safe_write  # pylint: disable=g-import-not-at-top
+from lingpipe.logdir import safe_write  # pylint: disable=g-import-not-at-top
 from lingpipe.tasks.image import input_generator  # pylint: disable=g-import-not-at-top
 
 CLASS_NAMES = ('airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck')

@@ -18,7 +18,7 @@ import sys
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
-from lingpipe.runners import safe_write  # pylint: disable=g-import-not-at-top
+from lingpipe.logdir import safe_write  # pylint: disable=g-import-not-at-top
 from lingpipe.tasks.image import imagenet_input  # pylint: disable=g-import-not-at-top
 
 MARKER = 'PREPARED_BY_LINGPIPE'  # In every output folder: what may be replaced by a later run.

@@ -17,7 +17,7 @@ While training, a `Watchdog` notices a step that makes no progress (a worker tha
 unreachable), finds which tasks do not answer, and stops the trainer with their names within `cluster.timeout_s`; a
 worker that dies fails the step at once (gRPC reports the closed connection) and `Diagnose` names it the same way.
 Each worker saves and restores its own variables into the logdir, which every task must see at the same path
-(runners/shared_logdir.py); a rerun resumes from the last checkpoint.
+(logdir/shared_logdir.py); a rerun resumes from the last checkpoint.
 """
 
 import json

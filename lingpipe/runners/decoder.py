@@ -9,8 +9,8 @@ import tensorflow as tf
 from lingpipe.core import errors
 from lingpipe.runners import batch_function
 from lingpipe.runners import evaler
-from lingpipe.runners import replaceable
-from lingpipe.runners import safe_write
+from lingpipe.logdir import replaceable
+from lingpipe.logdir import safe_write
 
 METRICS_FILE = 'metrics.json'
 

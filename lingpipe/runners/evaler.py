@@ -8,9 +8,9 @@ import tensorflow as tf
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
 from lingpipe.runners import batch_function
-from lingpipe.runners import checkpointer
-from lingpipe.runners import safe_write
-from lingpipe.runners import shared_logdir
+from lingpipe.logdir import checkpointer
+from lingpipe.logdir import safe_write
+from lingpipe.logdir import shared_logdir
 
 
 def ResolveCheckpoint(logdir, checkpoint_path, what='--checkpoint_path'):

@@ -15,11 +15,11 @@ from tensorflow.core.protobuf import saved_model_pb2
 from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core import serving
-from lingpipe.runners import checkpointer
+from lingpipe.logdir import checkpointer
 from lingpipe.runners import evaler
-from lingpipe.runners import replaceable
-from lingpipe.runners import safe_write
-from lingpipe.runners import temporaries
+from lingpipe.logdir import replaceable
+from lingpipe.logdir import safe_write
+from lingpipe.logdir import temporaries
 
 EXPORT_DIR = 'export'
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
 from lingpipe.model import model_registry
-from lingpipe.runners import checkpointer
+from lingpipe.logdir import checkpointer
 from lingpipe.runners import evaler
 
 

@@ -20,7 +20,7 @@ from lingpipe.core import param_checks
 from lingpipe.core import params_text
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe.planner import auto_config
-from lingpipe.runners import recorded_params
+from lingpipe.logdir import recorded_params
 from lingpipe.runners import run_params
 
 AUTO = param_checks.AUTO

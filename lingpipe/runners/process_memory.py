@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from lingpipe.core import cpu_kernels
 from lingpipe.runners import memory_trials
-from lingpipe.runners import safe_write
+from lingpipe.logdir import safe_write
 
 
 class ProcessModel(NamedTuple):

@@ -16,8 +16,8 @@ import tensorflow as tf
 from lingpipe.distributed import cluster
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe import timeline
-from lingpipe.runners import checkpointer
-from lingpipe.runners import safe_write
+from lingpipe.logdir import checkpointer
+from lingpipe.logdir import safe_write
 
 PROFILE_DIR = 'profile'
 

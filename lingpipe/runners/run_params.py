@@ -36,7 +36,7 @@ def BuildModelParams(model, dataset='Train', params_file=None, override='', max_
 def BuildRunParams(logdir, model, dataset='Train', params_file=None, override='', max_steps=None, seed=None):
   """(params, a line saying what was taken from the run, or None): BuildModelParams, with the task values the run
   in `logdir` recorded taken before the overrides (recorded_params.py), as eval, decode and export need."""
-  from lingpipe.runners import checkpointer  # pylint: disable=g-import-not-at-top
+  from lingpipe.logdir import checkpointer  # pylint: disable=g-import-not-at-top
   return _BuildParams(model, dataset, params_file, override, max_steps, seed, (
       os.path.join(logdir, checkpointer.PARAMS_FILE), checkpointer.RecordedParamsText(logdir)))
 
@@ -44,7 +44,7 @@ def BuildRunParams(logdir, model, dataset='Train', params_file=None, override=''
 def _BuildParams(model, dataset, params_file, override, max_steps, seed, recorded=None, auto_pipeline=False):
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.model import model_registry  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import recorded_params  # pylint: disable=g-import-not-at-top
+  from lingpipe.logdir import recorded_params  # pylint: disable=g-import-not-at-top
   p = model_registry.GetParams(model, dataset)
   adopted = recorded_params.Adopt(p, recorded[1]) if recorded else None
   if auto_pipeline:

@@ -17,13 +17,13 @@ from lingpipe.distributed import mirrors
 from lingpipe.distributed import remote
 from lingpipe.memory import worker_memory
 from lingpipe.runners import batch_function
-from lingpipe.runners import checkpointer
+from lingpipe.logdir import checkpointer
 from lingpipe.runners import init_from_checkpoint
 from lingpipe.runners import interrupt
 from lingpipe.runners import process_memory
-from lingpipe.runners import recorded_params
-from lingpipe.runners import safe_write
-from lingpipe.runners import shared_logdir
+from lingpipe.logdir import recorded_params
+from lingpipe.logdir import safe_write
+from lingpipe.logdir import shared_logdir
 
 
 def _FormatSeconds(seconds):

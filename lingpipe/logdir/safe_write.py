@@ -17,8 +17,8 @@ import threading
 import tensorflow as tf
 
 from lingpipe.core import errors
-from lingpipe.runners import replaceable
-from lingpipe.runners import temporaries
+from lingpipe.logdir import replaceable
+from lingpipe.logdir import temporaries
 
 _UMASK_LOCK = threading.Lock()
 

@@ -23,9 +23,9 @@ import tensorflow as tf
 from google.protobuf import text_format
 
 from lingpipe.core import errors
-from lingpipe.runners import recorded_params
-from lingpipe.runners import safe_write
-from lingpipe.runners import variable_restore
+from lingpipe.logdir import recorded_params
+from lingpipe.logdir import safe_write
+from lingpipe.logdir import variable_restore
 
 PARAMS_FILE = 'params.txt'
 PENDING_PARAMS_FILE = 'params.pending.txt'

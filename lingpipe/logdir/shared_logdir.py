@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from lingpipe.core import errors
 from lingpipe.distributed import remote
-from lingpipe.runners import temporaries
+from lingpipe.logdir import temporaries
 
 
 def _FirstLine(error):
