@@ -78,11 +78,37 @@ def test_gpipe_rooms_import_only_the_leaves_and_each_other(room):
   assert not bad, 'lingpipe/%s imports %s' % (room, bad)
 
 
-def test_gpipe_top_level_holds_at_most_eight_modules_and_none_over_400_lines():
+def test_gpipe_top_level_holds_at_most_eight_modules():
   top = glob.glob(os.path.join(ROOT, 'gpipe', '*.py'))
   assert len(top) <= 8, sorted(os.path.basename(p) for p in top)
-  long = {os.path.relpath(p, ROOT): n for p in _Files('gpipe') for n in [len(open(p).read().splitlines())] if n > 400}
+
+
+def test_no_module_is_over_400_lines():
+  paths = _Files('') + glob.glob(os.path.join(ROOT, '..', 'params', '**', '*.py'), recursive=True) + glob.glob(
+      os.path.join(ROOT, '..', 'tasks', '**', '*.py'), recursive=True)
+  long = {os.path.relpath(p, os.path.dirname(ROOT)): n for p in paths for n in [len(open(p).read().splitlines())]
+          if n > 400}
   assert not long, long
+
+
+def test_no_private_name_is_imported_across_modules():
+  """`from lingpipe.x import _Name` and `module._Name` of another lingpipe module: a name used elsewhere is public."""
+  found = []
+  for path in _Files(''):
+    tree = ast.parse(open(path).read(), path)
+    modules = set()
+    for node in ast.walk(tree):
+      if isinstance(node, ast.ImportFrom) and (node.module or '').startswith('lingpipe'):
+        found.extend('%s: from %s import %s' % (os.path.relpath(path, ROOT), node.module, a.name)
+                     for a in node.names if a.name.startswith('_'))
+        modules.update(a.asname or a.name for a in node.names)
+      elif isinstance(node, ast.Import):
+        modules.update((a.asname or a.name).split('.')[-1] for a in node.names if a.name.startswith('lingpipe'))
+    for node in ast.walk(tree):
+      if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules and
+          node.attr.startswith('_') and not node.attr.startswith('__')):
+        found.append('%s: %s.%s' % (os.path.relpath(path, ROOT), node.value.id, node.attr))
+  assert not found, found
 
 
 def test_no_module_imports_itself_through_others():

@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 from lingpipe.distributed import cluster
-from lingpipe.distributed import remote
+from lingpipe.distributed import watchdog as watchdog_lib
 from lingpipe.model import model_registry
 from lingpipe.runners import local_cluster
 from lingpipe.runners import train_loop
@@ -267,7 +267,7 @@ def test_the_watchdog_names_a_frozen_worker_within_the_timeout(monkeypatch, caps
   exited = []
   monkeypatch.setattr(os, '_exit', lambda code: exited.append((code, time.time())))
   mesh = _FrozenWorkerMesh()
-  watchdog = remote.Watchdog(mesh, 6.0, lambda: None)
+  watchdog = watchdog_lib.Watchdog(mesh, 6.0, lambda: None)
   start = time.time()
   with watchdog:
     while not exited and time.time() - start < 20:

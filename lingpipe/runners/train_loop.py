@@ -15,6 +15,7 @@ from lingpipe.distributed import cluster
 from lingpipe.memory import memory_budget
 from lingpipe.distributed import mirrors
 from lingpipe.distributed import remote
+from lingpipe.distributed import watchdog as watchdog_lib
 from lingpipe.memory import worker_memory
 from lingpipe.runners import batch_function
 from lingpipe.logdir import checkpointer
@@ -268,7 +269,7 @@ class TrainLoop:
                                      lambda: 'terminated (SIGTERM); %s.' % self.ResumeHint()):
       if not self.cluster.is_remote:
         return self._Run(_NoWatchdog())
-      watchdog = remote.Watchdog(self.cluster, self.cluster.timeout_s, lambda: self.manager.latest_checkpoint)
+      watchdog = watchdog_lib.Watchdog(self.cluster, self.cluster.timeout_s, lambda: self.manager.latest_checkpoint)
       with watchdog, worker_memory.Monitor(self.cluster) as memory:
         self.cluster.memory = memory
         return self._Run(watchdog)
