@@ -20,7 +20,7 @@ from lingpipe import native_log as _native_log  # pylint: disable=g-import-not-a
 
 if _native_log.IsBinary(_sys.argv):  # Before TensorFlow loads: it reads these settings once, then.
   from lingpipe import binary as _binary  # pylint: disable=g-import-not-at-top
-  _binary.SetUpProcess(_sys.argv)
+  _binary.SetUpConsoleScript(_sys.argv)
 
 _EXPORTS = {
     'AbstractVariables': 'lingpipe.core.base_layer', 'BaseLayer': 'lingpipe.core.base_layer',

@@ -27,41 +27,35 @@ def ShowHelpFor(doc, module_name):
     FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
 
-def _TensorFlowChoices():
-  """TensorFlow's C++ INFO lines hidden and its oneDNN kernels on, each unless the user chose."""
-  from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
-  cpu_kernels.PreferOneDnn()
-
-
-def SetUpProcess(argv):
-  """The binaries' process-wide choices, made before TensorFlow loads: TensorFlow's C++ INFO lines hidden unless the
-  user chose a level, its oneDNN kernels unless the user chose (cpu_kernels.py), the memory budget, and, unless
-  --verbose, fd 2 filtered from the first line. A console script gets them from lingpipe/__init__.py, `python -m`
-  from StartProcess."""
+def SetUpConsoleScript(argv):
+  """What a console script (lingpipe-train, lingpipe-worker) sets up as lingpipe is imported, before TensorFlow
+  loads (lingpipe/__init__.py): _BeforeTensorFlow's, and unless --verbose, fd 2 filtered from the first line. The
+  rest of the process's set-up is process_setup.SetUpProcess, which the binary's main makes."""
   from lingpipe import native_log  # pylint: disable=g-import-not-at-top
-  _TensorFlowChoices()
-  _MemoryBudget(argv, os.path.basename(argv[0]))
+  _BeforeTensorFlow(argv, os.path.basename(argv[0]))
   if native_log.IsQuietBinary(argv):
     native_log.Filter()
     native_log.ImportTensorFlow()
 
 
-def _MemoryBudget(argv, name):
-  """The process's memory budget (--memory_limit, or its cgroup's), applied before TensorFlow loads so that all it
-  allocates counts (runners/memory_budget.py); once per process."""
+def _BeforeTensorFlow(argv, name):
+  """What a binary does before TensorFlow loads, once per process: TensorFlow's C++ INFO lines hidden and its oneDNN
+  kernels on, each unless the user chose (cpu_kernels.py); and the process's memory budget (--memory_limit, or its
+  cgroup's), applied then so that all TensorFlow allocates counts (memory/memory_budget.py)."""
+  from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
   from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+  cpu_kernels.PreferOneDnn()
   if '--help' not in argv and '-h' not in argv:  # The trainer's guard is its parent: its line comes first.
     memory_budget.FromCommandLine(argv, name, supervise=name == 'lingpipe-train')
 
 
 def StartProcess(doc, module_name):
-  """What a binary's process entry point does before absl parses flags: --help text, the process-wide choices of
-  SetUpProcess, and the fd 2 filter."""
+  """What a binary's process entry point does before absl parses flags: --help text, _BeforeTensorFlow's
+  choices, and the fd 2 filter (`python -m` lands here; a console script has made them in lingpipe/__init__.py)."""
   from lingpipe import native_log  # pylint: disable=g-import-not-at-top
-  _TensorFlowChoices()
   script = os.path.splitext(os.path.basename(sys.argv[0]))[0]  # 'trainer' under python -m lingpipe.trainer.
-  _MemoryBudget(sys.argv, {'trainer': 'lingpipe-train', 'worker': 'lingpipe-worker'}.get(script, script))
+  _BeforeTensorFlow(sys.argv, {'trainer': 'lingpipe-train', 'worker': 'lingpipe-worker'}.get(script, script))
   ShowHelpFor(doc, module_name)
   if native_log.VerboseRequested(sys.argv):
     native_log.Close()

@@ -22,6 +22,7 @@ from absl import flags
 
 from lingpipe import binary
 from lingpipe import process_setup
+from lingpipe.memory import memory_budget
 from lingpipe.runners import run_params
 
 MODES = ('train', 'eval', 'decode', 'export', 'inspect', 'profile', 'list')
@@ -54,10 +55,7 @@ flags.DEFINE_integer('profile_steps', 5, '--mode=profile: training steps to reco
 flags.DEFINE_float('termination_grace_s', 20.0, 'On SIGTERM, training finishes its step, saves a checkpoint and '
                    'exits with 143; if that takes longer than this, it exits without a new checkpoint (keep it under '
                    'the scheduler\'s grace period: 30 s in Kubernetes).')
-flags.DEFINE_string('memory_limit', None, "The trainer process's memory budget, e.g. 2GiB: on CPUs the kernel's "
-                    'memory cgroup enforces it, and a death by it is one line naming the budget, the last checkpoint '
-                    'and what fits. A trainer already in a limited cgroup (a container) takes that limit without the '
-                    'flag.')
+flags.declare_key_flag(memory_budget.FLAG.name)  # Defined once for both binaries (memory_budget.py).
 flags.DEFINE_string('device_memory', None, '--mode=inspect and --pipeline=auto: the memory of one device (on CPU '
                     'machines, of the process holding it), e.g. 1.5GiB; the planner says whether the model fits it. '
                     "Default: the budgets the workers report, or this process's budget, else none (nothing is said "
@@ -162,7 +160,7 @@ def ChoosePipeline(p, out=None):
     workers = max(1, len(remote[p.cluster.job]) // max(1, p.cluster.num_replicas))
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
-  total = pipeline_choice.LocalDevices(FLAGS.pipeline_devices)
+  total = cluster.LocalDeviceCount(FLAGS.pipeline_devices)
   num_devices = max(1, total // max(1, p.cluster.num_replicas))
   if remote is None and total > 1:
     cluster.ConfigureLocalDevices(total)  # Before the layers are timed: TensorFlow starts then.

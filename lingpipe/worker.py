@@ -25,6 +25,7 @@ from absl import app
 from absl import flags
 
 from lingpipe import binary
+from lingpipe.memory import memory_budget
 
 flags.DEFINE_string('cluster_spec', None, 'The cluster: JSON {"worker": ["host:port", ...]} or '
                     'worker=host:port,host:port; the same on every worker and the trainer. Default: TF_CONFIG\'s '
@@ -35,10 +36,7 @@ flags.DEFINE_integer('cpu_devices', 1, 'CPU devices this worker offers (used whe
                      'one pipeline split.')
 flags.DEFINE_integer('intra_op_threads', 0, 'Threads per op (0: TensorFlow\'s default).')
 flags.DEFINE_integer('inter_op_threads', 0, 'Ops run concurrently (0: TensorFlow\'s default).')
-flags.DEFINE_string('memory_limit', None, 'This worker\'s memory budget, e.g. 1.5GiB: on CPUs the kernel\'s memory '
-                    'cgroup enforces it (a worker over it is killed and named by the trainer); on GPUs it is each '
-                    'GPU\'s TensorFlow memory_limit. A worker already in a limited cgroup (a container) takes that '
-                    'limit without the flag. The trainer plans with the budgets its workers report.')
+flags.declare_key_flag(memory_budget.FLAG.name)  # Defined once for both binaries (memory_budget.py).
 flags.DEFINE_boolean('verbose', False, 'Show tracebacks of user errors and TensorFlow\'s own log lines.')
 
 FLAGS = flags.FLAGS
@@ -122,7 +120,6 @@ def _ReExecute(address):
   """Replaces this process by a fresh lingpipe-worker with the same command line, pid, cgroup and guard: all that
   a gone trainer made here is released with the old process image (worker_lease.py)."""
   from lingpipe import native_log  # pylint: disable=g-import-not-at-top
-  from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import worker_lease  # pylint: disable=g-import-not-at-top
   worker_lease.MarkRestarting(address)
   memory_budget.KeepAcrossExec()
@@ -137,7 +134,6 @@ def _MemoryBudget(config, name):
   else the kernel's memory cgroup, with a guard that names a death by it (memory_budget.py)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
-  from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
   from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top
   gpus = tf.config.list_physical_devices('GPU')
   if gpus and FLAGS.memory_limit:

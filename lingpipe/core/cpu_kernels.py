@@ -77,6 +77,17 @@ def DescribeCpu():
   return '%s, %d cores, %s, %s' % (model, cores, bf16, Describe())
 
 
+def MachineKey(speed=False):
+  """This machine as a key of what was measured on it: 'CPU model; TensorFlow 2.21.0; Python 3.11.7; kernel 6.1'
+  for what a process holds (the process model's cache); with `speed` the CPU as DescribeCpu says it (its cores,
+  matrix units and kernels, on which a measured step time depends too: a recorded pipeline choice). Imports
+  TensorFlow."""
+  import platform  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return '%s; TensorFlow %s; Python %s; kernel %s' % (
+      DescribeCpu() if speed else CpuFeatures()[0], tf.__version__, platform.python_version(), platform.release())
+
+
 def Describe():
   """'oneDNN on', or 'oneDNN off' and why: a benchmark header's note of the kernels it ran."""
   if OneDnnEnabled():

@@ -120,6 +120,15 @@ def UsableCores():
   return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
 
 
+def LocalDeviceCount(requested=None):
+  """How many local devices a pipeline may use, before TensorFlow makes them: `requested` (--pipeline_devices), else
+  the GPUs, else one logical CPU device per core this process may use."""
+  if requested:
+    return requested
+  gpus = tf.config.list_physical_devices('GPU')
+  return len(gpus) if gpus else max(1, UsableCores())
+
+
 def LocalDevices():
   """Names of the local accelerator devices, or of the logical CPU devices when there is no GPU."""
   gpus = [d.name for d in tf.config.list_logical_devices('GPU') if '/job:' not in d.name]

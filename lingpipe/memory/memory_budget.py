@@ -8,7 +8,9 @@ that a trainer on the same host reads (`Verdict`), and removes the cgroup. A pro
 cgroup (a container, a Slurm job) takes that limit as its budget without a flag (`Inherited`). Where neither can
 be had, the budget is not enforced, one line says so, and it still feeds the planner.
 
-Only the standard library and lingpipe.core.byte_sizes are imported: the guard runs without TensorFlow.
+`--memory_limit` is defined here, once for both binaries, and read by absl's parser (FromCommandLine, before the
+binary's own flags are parsed). Only the standard library, absl's flags and lingpipe.core.byte_sizes are imported:
+the guard runs without TensorFlow.
 """
 
 import json
@@ -17,10 +19,19 @@ import re
 import subprocess
 import sys
 
+from absl import flags
+
 from lingpipe.core import byte_sizes
 from lingpipe.memory.memory_cgroup import Budget, Inherited, MakeCgroup, WriteFile
 
 ENV_VAR = 'LINGPIPE_MEMORY_LIMIT'  # The budget a process runs under, for the processes it starts to know.
+
+FLAG = flags.DEFINE_string(
+    'memory_limit', None, "This process's memory budget, e.g. 1.5GiB: on CPUs the kernel's memory cgroup enforces it, "
+    'and a death by it is one line naming the budget (the trainer names a worker killed by its own, the last '
+    "checkpoint and what fits); on a lingpipe-worker with GPUs it is each GPU's TensorFlow memory_limit. A process "
+    'already in a limited cgroup (a container) takes that limit without the flag. The trainer plans with its own '
+    'budget and the budgets its workers report.')
 
 
 def Apply(limit, name, supervise=False):
@@ -74,6 +85,18 @@ def Current():
   return _CURRENT[0] if _CURRENT else None
 
 
+def Limit(mesh=None, device_memory=None):
+  """The bytes a process must fit, or None: `device_memory` (bytes, or text as '1.5GiB': --device_memory), else on a
+  cluster (`mesh.is_remote`) the smallest budget its workers report, else this process's own (--memory_limit, or
+  the limited cgroup it runs in). What each caller compares with it (a device's peak, a process's) is its own."""
+  if device_memory:
+    return byte_sizes.Parse(device_memory, '--device_memory') if isinstance(device_memory, str) else device_memory
+  if mesh is not None and mesh.is_remote:
+    return mesh.SmallestWorkerBudget()
+  own = Current() or Inherited()
+  return own.limit if own else None
+
+
 def FromCommandLine(argv, name, supervise=False):
   """For a binary, first thing (before TensorFlow loads, so what it allocates counts): Apply() of argv's
   --memory_limit=SIZE, or of the inherited budget only; prints Apply's note on stderr. A value that does not parse
@@ -83,12 +106,13 @@ def FromCommandLine(argv, name, supervise=False):
   _APPLIED.append(True)
   if _RESUME_VAR in os.environ:
     return _Resume()
-  text = None
-  for i, arg in enumerate(argv[1:]):
-    if arg.startswith('--memory_limit='):
-      text = arg.split('=', 1)[1]
-    elif arg == '--memory_limit' and i + 2 < len(argv):
-      text = argv[i + 2]
+  own = flags.FlagValues()  # absl's parser, over this one flag: the binary's other flags are not defined yet.
+  own[FLAG.name] = flags.FLAGS[FLAG.name]  # The same Flag: its value is the binary's FLAGS.memory_limit too.
+  try:
+    own(list(argv), known_only=True)
+  except flags.Error:
+    return None  # Left to the binary's flag check, which says why in one line.
+  text = FLAG.value
   try:
     limit = byte_sizes.ParseBudget(text, '--memory_limit') if text else None
   except ValueError:

@@ -9,7 +9,6 @@ reuses it without timing again.
 """
 
 import datetime
-import os
 from typing import Dict, List, Optional, Tuple
 
 from lingpipe.core import byte_sizes
@@ -35,7 +34,8 @@ def Pending(p) -> List[Tuple[str, hyperparams.Params]]:
 
 
 def MachineKey(num_devices):
-  return '%s; %d device(s)' % (cpu_kernels.DescribeCpu(), num_devices)
+  """The machine a choice among `num_devices` local devices is recorded with (cpu_kernels.MachineKey's, for speed)."""
+  return '%s; %d device(s)' % (cpu_kernels.MachineKey(speed=True), num_devices)
 
 
 def _ChoiceFacts(text) -> Dict[str, str]:
@@ -183,11 +183,7 @@ def Budget(p, device_memory=None, on_gpus=False, out=None):
   from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
   from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
-  if device_memory:
-    budget = byte_sizes.Parse(device_memory, '--device_memory')
-  else:
-    own = memory_budget.Current() or memory_cgroup.Inherited()
-    budget = own.limit if own else None
+  budget = memory_budget.Limit(None, device_memory)
   if budget is None:
     return None, None, 'device peak'
   if on_gpus:
@@ -208,9 +204,10 @@ def WorkerBudget(mesh, device_memory=None, out=None):
   """(budget, peak_of, what) for choosing among the workers of `mesh`: --device_memory, else the smallest budget a
   worker reports (None: for speed alone); what must fit is the fullest worker's process, by this machine's
   measured model of a worker (runners/process_memory.py) where it has a memory cgroup to measure it with."""
+  from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
   from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
-  budget = byte_sizes.Parse(device_memory, '--device_memory') if device_memory else mesh.SmallestWorkerBudget()
+  budget = memory_budget.Limit(mesh, device_memory)
   if budget is None:
     return None, None, 'worker peak'
   calibration = process_memory.Load(('workers',))
@@ -232,15 +229,3 @@ def WorkersWithSplits(connected, params, num_splits):
                                 connected.timeout_s, connected.identities)
   remesh.at_connect = connected.at_connect
   return remesh
-
-
-def LocalDevices(requested=None):
-  """How many local devices a pipeline may choose among: `requested` (--pipeline_devices), else the GPUs, else
-  one logical CPU device per core this process may use."""
-  if requested:
-    return requested
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  gpus = tf.config.list_physical_devices('GPU')
-  if gpus:
-    return len(gpus)
-  return max(1, len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1))

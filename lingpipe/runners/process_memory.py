@@ -15,7 +15,6 @@ The fit is kept in ~/.cache/lingpipe/process_memory.json (LINGPIPE_CACHE moves i
 import datetime
 import json
 import os
-import platform
 import sys
 from typing import NamedTuple
 
@@ -41,12 +40,6 @@ class Calibration(NamedTuple):
   measured: str  # the date
 
 
-def MachineKey():
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return '%s; TensorFlow %s; Python %s; kernel %s' % (
-      cpu_kernels.CpuFeatures()[0], tf.__version__, platform.python_version(), platform.release())
-
-
 def CachePath():
   return os.path.join(os.environ.get('LINGPIPE_CACHE') or os.path.expanduser('~/.cache/lingpipe'),
                       'process_memory.json')
@@ -65,7 +58,7 @@ PARTS = ('trainer', 'workers')  # what Calibrate measures apart: the plain proce
 
 def Load(parts=PARTS):
   """This machine's Calibration, or None where one of `parts` was never measured (the others' models are None)."""
-  entry = _Cached().get(MachineKey())
+  entry = _Cached().get(cpu_kernels.MachineKey())
   if not entry:
     return None
   models = {}
@@ -149,7 +142,7 @@ def Calibrate(out=sys.stdout, depths=(4, 12), worker_depths=(8, 20), parts=PARTS
         ', '.join('%.0f' % (y / 2**20) for _, y in worker_points[-2:]), clients[-1][1] / 2**20), file=out,
         flush=True)
   cached = _Cached()
-  entry = dict(cached.get(MachineKey()) or {}, machine=MachineKey(), measured=datetime.date.today().isoformat())
+  entry = dict(cached.get(cpu_kernels.MachineKey()) or {}, machine=cpu_kernels.MachineKey(), measured=datetime.date.today().isoformat())
   if trainer_points:
     entry['trainer'] = list(_Fit(trainer_points))
   if worker_points:

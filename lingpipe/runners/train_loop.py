@@ -206,13 +206,11 @@ class TrainLoop:
   def _MemoryAdvice(self):
     """Says the workers' budgets, and keeps what the planner says fits the budget (the workers' or this process's),
     to say if memory runs out."""
-    budget = memory_budget.Current()
-    limit = budget.limit if budget else None
     if self.cluster.is_remote:
       budgets = self.cluster.WorkerBudgets()
       if budgets:
         self.Print("Workers' memory budgets: %s." % budgets)
-      limit = self.cluster.SmallestWorkerBudget()
+    limit = memory_budget.Limit(self.cluster)
     if limit:
       self.memory_advice = process_memory.Advice(self.p, limit, len(self.cluster.devices[0]), self.cluster.is_remote)
       if self.cluster.is_remote:

@@ -12,6 +12,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
+from lingpipe.distributed import cluster
 from lingpipe.gpipe import call_costs
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe.planner import layer_times
@@ -141,7 +142,7 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
   times, plain, terms = None, None, None
   if measure:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    devices = list(devices or _LocalDevices(num_devices))
+    devices = list(devices or cluster.LocalDevices()[:max(1, num_devices)])
     built, measured = {}, {}  # Each distinct layer built once, and traced once a size.
     dtype = fprop_dtype or 'float32'
 
@@ -244,7 +245,7 @@ def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, inp
   candidates += [(Describe(o), o, Fields(o)) for o in others]
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
   trials = step_trials.Run(candidates, layer_params, input_shapes, batch, dtype,
-                           devices or _LocalDevices(choice.num_devices), batch_dim, input_dtypes, log=log)
+                           devices or cluster.LocalDevices()[:max(1, choice.num_devices)], batch_dim, input_dtypes, log=log)
   measured = sorted((t for t in trials if t.seconds is not None), key=lambda t: t.seconds)
   if not measured:
     return choice._replace(trials=tuple(trials))
@@ -254,13 +255,6 @@ def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, inp
     measured.insert(0, plain_trial[0])
   runner_up = measured[1].option if len(measured) > 1 else choice.runner_up
   return choice._replace(chosen=measured[0].option, runner_up=runner_up, trials=tuple(trials))
-
-
-def _LocalDevices(num_devices):
-  """The names of the first `num_devices` GPUs, else logical CPU devices, that a pipeline here runs on."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  devices = tf.config.list_logical_devices('GPU') or tf.config.list_logical_devices('CPU')
-  return [d.name for d in devices[:max(1, num_devices)]]
 
 
 def Fields(option) -> Dict[str, object]:
