@@ -47,37 +47,22 @@ def _Args(argv):
 
 def Plan(args, out=None):
   """Prints the table and the recommendation; returns (candidates, recommended or None)."""
-  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
-  from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
-  from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe.planner import partition  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import planning_view  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
 
-  p = run_params.BuildModelParams(args.model, override=args.model_params_override)
-  with base_layer.AbstractVariables():  # Sizes only: the task's own code fills in the pipeline's layers.
-    task = p.task.Instantiate()
-  pipelines = [layer for layer in task.Walk() if isinstance(layer, pipelining_layer.PipeliningLayer)]
-  if not pipelines:
-    raise errors.ConfigError('Model %s has no PipeliningLayer to plan; the planner sizes pipelines.' % args.model)
-  pipe = pipelines[0].params
-  layers = partition.ExpandedLayers(pipe.layers) if pipe.layers else list(pipe.cell_tpl)
-  shapes = pipe.input_shapes
-  if shapes is None:
-    raise errors.ConfigError('Model %s: its pipeline %s has no input_shapes; set task.network.input_shapes to one '
-                             'batch\'s shapes for the planner.' % (args.model, pipelines[0].path))
-  batch = memory_plan.BatchSize(shapes, pipe.batch_dim)
+  view = planning_view.Of(run_params.BuildModelParams(args.model, override=args.model_params_override))
+  pipe, layers, shapes, batch = view.params, view.layers, view.input_shapes, view.batch_size
+  fprop_dtype = view.net.fprop_dtype
   device_memory = memory_plan.ParseBytes(args.device_memory) if args.device_memory else None
   micro = [int(m) for m in args.micro_batches.split(',') if m] or list(memory_plan.MicroBatchChoices(batch))
   times = None
   if args.speed_model == 'measured':
     from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
     times = functools.lru_cache(maxsize=None)(lambda size: layer_times.Measure(
-        layers, shapes, size, dtype=pipelines[0].fprop_dtype, batch_dim=pipe.batch_dim, input_dtypes=pipe.input_dtypes))
-  candidates = memory_plan.Candidates(layers, shapes, args.devices, batch, micro,
-                                      balance=pipe.balance if not pipe.cell_tpl else 'uniform',
-                                      slots=memory_plan.OptimizerSlots(p.task.train.optimizer),
-                                      dtype_size=pipe.dtype.size, fprop_dtype=pipelines[0].fprop_dtype, times=times)
+        layers, shapes, size, dtype=fprop_dtype, batch_dim=pipe.batch_dim, input_dtypes=pipe.input_dtypes))
+  candidates = view.Candidates(args.devices, micro_batches=micro, times=times,
+                               balance=pipe.balance if not pipe.cell_tpl else 'uniform')
   peak_of, where = _ProcessPeak(args, out)
   fits = (lambda c: memory_plan.Fits(peak_of(c), device_memory)) if device_memory else (lambda c: True)
   shown = candidates if args.all or not device_memory else [c for c in candidates if fits(c)]
@@ -85,7 +70,7 @@ def Plan(args, out=None):
     shown = sorted(candidates, key=peak_of)[:_SMALLEST_SHOWN]
   print('# %s: %d layers, batch %d, %d device(s)%s, weights %s, computes in %s; peak = the fullest device '
         '(MiB)%s' % (args.model, len(layers), batch, args.devices, ' of ' + args.device_memory if device_memory else '',
-                     pipe.dtype.name, pipelines[0].fprop_dtype.name, '; process = ' + where if where else ''),
+                     pipe.dtype.name, fprop_dtype.name, '; process = ' + where if where else ''),
         file=out)
   if times is not None:
     print('# speed-ups from layer times measured here at batch %s' % ', '.join(

@@ -20,6 +20,7 @@ from lingpipe.core import params_text
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe.planner import auto_config
 from lingpipe.logdir import recorded_params
+from lingpipe.runners import planning_view
 from lingpipe.runners import run_params
 
 AUTO = param_checks.AUTO
@@ -94,29 +95,19 @@ def _Machine(key):
   return key
 
 
-def _Layers(p, path, pipe):
-  """The layers, input shapes, batch dim and compute dtype of the pipeline at `path`, from an abstract build of
-  model params `p` with its 'auto' fields at placeholder values (the task's own code fills in the layers)."""
-  from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
+def _View(p, path, pipe):
+  """The planning_view.View of the pipeline at `path`, from model params `p` with its 'auto' fields at placeholder
+  values."""
   view = p.Copy()
   view_pipe = dict(run_params.Pipelines(view.task, 'task'))[path]
   for name in FIELDS:
     if view_pipe.Get(name) == AUTO:
       view_pipe.Set(**{name: _PLACEHOLDERS[name]})
-  with base_layer.AbstractVariables():
-    task = view.task.Instantiate()
-  nets = [layer for layer in task.Walk() if isinstance(layer, pipelining_layer.PipeliningLayer)]
-  named = [n for n in nets if n.params.name == pipe.name] or nets
-  if not named:
-    raise errors.ConfigError('%s: no PipeliningLayer was built from it; nothing to choose.' % path)
-  net = named[0]
-  if net.params.cell_tpl:
+  planned = planning_view.Of(view, pipe.name, what='choose')
+  if planned.params.cell_tpl:
     raise errors.ConfigError("%s: 'auto' chooses the cut of a flat list of `layers`; this pipeline gives its cells "
                              '(cell_tpl). Set num_splits to len(cell_tpl).' % path)
-  if net.params.input_shapes is None:
-    raise errors.ConfigError("%s: 'auto' needs the pipeline's input_shapes (one batch's shapes) to plan; set %s."
-                             'input_shapes.' % (path, path))
-  return [unit.params for unit in net.units], net.params.input_shapes, net.params.batch_dim, net.fprop_dtype, net
+  return planned
 
 
 def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_text=None, out=None, log=None,
@@ -146,13 +137,13 @@ def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_tex
     raise errors.ConfigError('%s.num_splits=%d, but %d device(s) are available to choose the rest with; give '
                              '--pipeline_devices=%d or fewer cells.' % (path, fixed['num_splits'], num_devices,
                                                                           fixed['num_splits']))
-  layers, shapes, batch_dim, fprop_dtype, net = _Layers(p, path, pipe)
-  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
+  view = _View(p, path, pipe)
+  net = view.net
   start = datetime.datetime.now()
-  choice = auto_config.ChooseFor(layers, shapes, num_devices, fixed, budget, peak_of, fprop_dtype,
-                                 dtype_size=net.params.dtype.size,
-                                 slots=memory_plan.OptimizerSlots(p.task.train.optimizer), batch_dim=batch_dim,
-                                 log=log, measure=measure, input_dtypes=net.params.input_dtypes, devices=devices)
+  choice = auto_config.ChooseFor(view.layers, view.input_shapes, num_devices, fixed, budget, peak_of,
+                                 net.fprop_dtype, dtype_size=view.params.dtype.size, slots=view.slots,
+                                 batch_dim=view.params.batch_dim, log=log, measure=measure,
+                                 input_dtypes=view.params.input_dtypes, devices=devices)
   seconds = (datetime.datetime.now() - start).total_seconds()
   fields = auto_config.Fields(choice.chosen)
   for name in [n for n in FIELDS if n not in fixed] + ['virtual_stages']:

@@ -19,8 +19,9 @@ import sys
 from typing import NamedTuple
 
 from lingpipe.core import cpu_kernels
-from lingpipe.runners import memory_trials
+from lingpipe.core import errors
 from lingpipe.logdir import safe_write
+from lingpipe.runners import memory_trials
 
 
 class ProcessModel(NamedTuple):
@@ -81,21 +82,14 @@ _K2 = "task.network.num_splits=2;task.network.num_micro_batches=4;task.network.r
 def PlannerCandidates(model, override, micro_batches=None):
   """The planner's memory_plan.Candidates of `model` with params `override` in its own schedule, remat, cut and
   devices (the first PipeliningLayer's), each M of `micro_batches` (default: its own)."""
+  from lingpipe.runners import planning_view  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
-  from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
-  p = run_params.BuildModelParams(model, override=override)
-  with base_layer.AbstractVariables():
-    task = p.task.Instantiate()
-  net = [layer for layer in task.Walk() if isinstance(layer, pipelining_layer.PipeliningLayer)][0]
-  q = net.params
-  candidates = memory_plan.Candidates(
-      [unit.params for unit in net.units], q.input_shapes, net.num_devices,
-      memory_plan.BatchSize(q.input_shapes, q.batch_dim), micro_batches=micro_batches or (q.num_micro_batches,),
-      remats=(q.remat,), schedules=(q.schedule,), balance=[len(net.CellLayers(k)) for k in range(net.num_cells)],
-      slots=memory_plan.OptimizerSlots(p.task.train.optimizer), dtype_size=q.dtype.size,
-      fprop_dtype=net.fprop_dtype, virtual_stages=(q.virtual_stages,) if q.virtual_stages > 1 else ())
+  view = planning_view.Of(run_params.BuildModelParams(model, override=override))
+  net, q = view.net, view.params
+  candidates = view.Candidates(
+      net.num_devices, micro_batches=micro_batches or (q.num_micro_batches,), remats=(q.remat,),
+      schedules=(q.schedule,), balance=[len(net.CellLayers(k)) for k in range(net.num_cells)],
+      virtual_stages=(q.virtual_stages,) if q.virtual_stages > 1 else ())
   return [c for c in candidates if c.num_splits == net.num_devices]
 
 
@@ -173,27 +167,21 @@ def Advice(p, budget, num_devices, remote):
   (or how many devices would fit), or '' where this machine has no calibration or the model no pipeline. Said when
   a process runs out of memory, so never the configuration that runs (p's), and where the planner said that one
   fits, with every prediction raised by as much as it was short at least (budget / its predicted peak)."""
-  from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import planning_view  # pylint: disable=g-import-not-at-top
   calibration = Load(('workers',) if remote else ('trainer',))
   if calibration is None or not budget:
     return ''
-  with base_layer.AbstractVariables():
-    task = p.task.Instantiate()
-  nets = [layer for layer in task.Walk() if isinstance(layer, pipelining_layer.PipeliningLayer)]
-  if not nets or nets[0].params.input_shapes is None:
+  try:
+    view = planning_view.Of(p)
+  except errors.ConfigError:  # No pipeline, or one without input_shapes: nothing to plan.
     return ''
-  q = nets[0].params
-  layers = [unit.params for unit in nets[0].units]
+  q = view.params
   running = memory_plan.Candidate(q.schedule, q.remat, num_devices, q.num_micro_batches, (), (), 0.0, 0.0,
                                   q.virtual_stages).Override()
 
   def Best(devices, workers, scale=1.0):
-    candidates = memory_plan.Candidates(
-        layers, q.input_shapes, devices, memory_plan.BatchSize(q.input_shapes, q.batch_dim),
-        slots=memory_plan.OptimizerSlots(p.task.train.optimizer), dtype_size=q.dtype.size,
-        fprop_dtype=nets[0].fprop_dtype, balance=q.balance if not q.cell_tpl else 'uniform')
+    candidates = view.Candidates(devices, balance=q.balance if not q.cell_tpl else 'uniform')
     model = calibration.worker if workers else calibration.trainer
     peak_of = lambda c: scale * max(memory_plan.ProcessPeaks(c, model, one_process=not workers))
     ran = [c for c in candidates if c.Override() == running and c.num_splits == devices]
@@ -210,7 +198,7 @@ def Advice(p, budget, num_devices, remote):
     return ('The planner says this fits %.0f MiB a process: --model_params_override="%s" (predicted peak %.0f MiB)%s.'
             % (budget / 2**20, best.Override(), peak_of(best) / 2**20, raised))
   for devices in range(num_devices + 1, 9 if calibration.worker is not None else 0):
-    if devices > len(layers):
+    if devices > len(view.layers):
       break
     best, peak_of, _ = Best(devices, True, scale)
     if best is not None and remote:
