@@ -3,7 +3,7 @@ small strategy per kind, chosen once per action when a plan is bound (`Bind`), s
 no flags while it runs.
 
   re-compute        the forward kept the cell's input; the backward re-runs the forward from it, one traced call
-                    (remat.AccumulatingBackward), once its gradient has arrived;
+                    (gradient_sums.SummingBackward), once its gradient has arrived;
   early re-compute  a cell's first re-computing backward, traced inline: it re-computes as soon as the device's
                     previous action has ended, while the device waits for its first gradient;
   stored tape       the forward ran on a GradientTape (KEEP_ACTIVATIONS), which the backward asks;

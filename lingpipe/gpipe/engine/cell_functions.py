@@ -12,6 +12,7 @@ from lingpipe.core import context
 from lingpipe.gpipe import timeline
 from lingpipe.gpipe.engine import cell_gradient
 from lingpipe.gpipe.engine import executor
+from lingpipe.gpipe.engine import gradient_sums
 from lingpipe.gpipe.engine import remat
 
 
@@ -86,7 +87,7 @@ class CellFunctions:
     return self.cache[key]
 
   def Backward(self, k, r, padding=None, stamped=False, wanted=None):
-    """Cell k's re-computing backward task in replica r (remat.AccumulatingBackward), traced once
+    """Cell k's re-computing backward task in replica r (gradient_sums.SummingBackward), traced once
     per `padding` and `wanted` (the input gradients it computes) and called per micro-batch."""
     wanted = None if wanted is None else tuple(wanted)
     key = ('backward', k, r, padding, stamped, wanted, _SeedGraph())
@@ -96,7 +97,7 @@ class CellFunctions:
       # are discarded: the forward already collected them.
       gradient = cell_gradient.CellGradient(self.Forward(k, r, True, padding, False, wanted))
       backward = lambda a, dy, index, params: gradient.Backward(a, index, params, dy, wanted)
-      self.cache[key] = remat.AccumulatingBackward(backward, self._mesh[r][k], self._sums[r][k], stamped)
+      self.cache[key] = gradient_sums.SummingBackward(backward, self._mesh[r][k], self._sums[r][k], stamped)
     return self.cache[key]
 
   def ExecutorCells(self, replica, params, training, padding, stamped, wanted=None):

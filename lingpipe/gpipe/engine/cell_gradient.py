@@ -4,7 +4,7 @@ for the cell's traced function, which a taped forward needs anyway.
 For the gradient of a function call TensorFlow builds, once per traced function, a pair: a forward
 that also returns every tensor of the function its gradient reads, and a backward function that
 takes them. A backward that uses kept activations (a forward on a tape) gets that pair through the
-tape. The re-computing backward (remat.AccumulatingBackward) used to trace the cell's layers again
+tape. The re-computing backward (gradient_sums.SummingBackward) used to trace the cell's layers again
 and differentiate them op by op, so under remat 'always', whose last micro-batch is taped
 (schedule.KeepWhereBackwardFollows), each cell's gradient was built twice.
 

@@ -21,6 +21,8 @@ import functools
 
 import tensorflow as tf
 
+from lingpipe.gpipe import timeline
+
 _HALF = (tf.bfloat16, tf.float16)
 
 
@@ -76,6 +78,33 @@ class GradientSums:
     with tf.control_dependencies(values):
       self._empty()
     return values
+
+
+def SummingBackward(backward, device, sums, stamped=False):
+  """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
+
+  Step(inputs, output_grads, micro_batch_index, params, token) -> (input grads, token), where
+  backward(inputs, output_grads, micro_batch_index, params) -> (input grads, param grads) re-computes
+  the cell (cell_gradient.CellGradient.Backward), `params` are its parameter values (a list of
+  tensors, cell_params.py), and each parameter gradient is added to the cell's GradientSums `sums` inside the call, as soon as it exists (assigned where `token` is None: the step's first
+  backward of the cell); the token returned exists once all are. Because the call is not inlined it
+  starts only when all its arguments exist, so threading the token through the calls of one cell runs
+  them one at a time, in schedule order: at most one micro-batch's recomputed activations per device
+  are alive. With `stamped`, Step also returns its start and end times (timeline.Stamped).
+  """
+
+  def Step(inputs, output_grads, micro_batch_index, params, token):
+    def Body():
+      input_grads, param_grads = backward(inputs, output_grads, micro_batch_index, params)
+      return input_grads, sums.Add(param_grads, first=token is None)
+
+    with tf.device(device):
+      if not stamped:
+        return Body()
+      (input_grads, token_out), stamps = timeline.Stamped(device, Body)
+      return input_grads, token_out, stamps
+
+  return tf.function(Step, autograph=False, experimental_attributes={'_noinline': True})
 
 
 def OfMesh(cell_params, mesh, name):

@@ -10,7 +10,7 @@ control dependencies fix the order:
      segment's recomputed activations are freed before the previous segment starts re-computing.
 
 `Backward` is the taped per-(cell, micro-batch) backward of the pipeline (its re-computing one,
-`AccumulatingBackward`, re-computes through cell_gradient.py with the same two dependencies);
+`gradient_sums.SummingBackward`, re-computes through cell_gradient.py with the same two dependencies);
 `Recompute(fn)` wraps any function of tensors with it, for re-materialization outside a pipeline.
 """
 
@@ -18,7 +18,6 @@ import tensorflow as tf
 from tensorflow.python.eager import record  # pylint: disable=g-direct-tensorflow-import
 
 from lingpipe.core import context
-from lingpipe.gpipe import timeline
 
 POLICIES = ('always', 'except_last', 'never')
 
@@ -117,34 +116,6 @@ def TapedBackward(params, inputs, upstream, tape, outputs, wanted=None):
   """Backward of a pipeline task whose forward ran on `tape` (remat 'never', the last micro-batch of
   'except_last'): (input grads, param grads) from the stored activations."""
   return Backward(None, params, inputs, upstream, tape=tape, outputs=outputs, wanted=wanted)
-
-
-def AccumulatingBackward(backward, device, sums, stamped=False):
-  """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
-
-  Step(inputs, output_grads, micro_batch_index, params, token) -> (input grads, token), where
-  backward(inputs, output_grads, micro_batch_index, params) -> (input grads, param grads) re-computes
-  the cell (cell_gradient.CellGradient.Backward), `params` are its parameter values (a list of
-  tensors, cell_params.py), and each parameter gradient is added to the cell's gradient_sums.GradientSums
-  `sums` inside the call, as soon as it exists (assigned where `token` is None: the step's first
-  backward of the cell); the token returned exists once all are. Because the call is not inlined it
-  starts only when all its arguments exist, so threading the token through the calls of one cell runs
-  them one at a time, in schedule order: at most one micro-batch's recomputed activations per device
-  are alive. With `stamped`, Step also returns its start and end times (timeline.Stamped).
-  """
-
-  def Step(inputs, output_grads, micro_batch_index, params, token):
-    def Body():
-      input_grads, param_grads = backward(inputs, output_grads, micro_batch_index, params)
-      return input_grads, sums.Add(param_grads, first=token is None)
-
-    with tf.device(device):
-      if not stamped:
-        return Body()
-      (input_grads, token_out), stamps = timeline.Stamped(device, Body)
-      return input_grads, token_out, stamps
-
-  return tf.function(Step, autograph=False, experimental_attributes={'_noinline': True})
 
 
 def Recompute(fn, variables_fn=None):
