@@ -86,4 +86,4 @@ def test_the_design_diagram_names_what_the_code_calls():
   assert not missing, 'docs/design.md names what the code does not define: %s' % sorted(set(missing))
   files = re.findall(r'\b(lingpipe/[\w/]+\.py)', diagram)
   assert files and not [f for f in files if not os.path.exists(os.path.join(ROOT, f))], files
-  assert 'FPropWithLoss' in diagram and 'train_step' in diagram
+  assert 'FPropWithLoss' in diagram and 'step.Forward' in diagram

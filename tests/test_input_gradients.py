@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from lingpipe.core.nested_map import NestedMap
-from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe.engine import remat
+from lingpipe.gpipe.engine import step
 import pipeline_test_util as util
 
 
@@ -28,12 +28,12 @@ def test_wanted_input_grads_follow_the_active_tapes():
 def _Spy(monkeypatch):
   """Records the first cell's input gradient arrays each pipeline merges (None for a leaf it computed none for)."""
   seen = []
-  merge = pipelining_layer.PipeliningLayer.MergeInputGrads
+  merge = step.MergeInputGrads
 
-  def Spy(layer, first, *args):
+  def Spy(pipe, first, *args):
     seen.append(list(first))
-    return merge(layer, first, *args)
-  monkeypatch.setattr(pipelining_layer.PipeliningLayer, 'MergeInputGrads', Spy)
+    return merge(pipe, first, *args)
+  monkeypatch.setattr(step, 'MergeInputGrads', Spy)
   return seen
 
 
@@ -82,7 +82,7 @@ def test_a_taped_first_cell_differentiates_only_the_wanted_inputs(wanted):
 
   @tf.function(autograph=False)
   def Grad(x):
-    params = pipe.ReadParams(0)[0]
+    params = pipe.Pipe(x).cell_params[0].Read(None)
     with tf.GradientTape() as tape:
       tape.watch(x)
       out, _ = cell(x, tf.constant(0, tf.int64), params)

@@ -75,7 +75,7 @@ def test_a_loss_that_reads_the_pipelines_own_variables_gets_both_gradients(sched
 
 
 def test_gpipe_computes_the_loss_and_its_gradient_on_the_last_cells_device():
-  """GPipe's FPropWithLoss runs the loss where the outputs are (train_step.LossOnDevice), not where the caller's
+  """GPipe's FPropWithLoss runs the loss where the outputs are (step.LossOnDevice), not where the caller's
   step is placed: the same loss and gradients, and no op of the loss or of its gradient on another device."""
   plain, pipe = util.Pair(util.Tanh(4, dim=8), num_splits=2, num_micro_batches=4)
   rng = np.random.RandomState(4)

@@ -16,8 +16,8 @@ two tasks' addresses swapped, is used without complaint). So `Connect` first:
 While training, a `Watchdog` (watchdog.py) notices a step that makes no progress (a worker that hangs, is stopped
 or whose host is unreachable), finds which tasks do not answer, and stops the trainer with their names within
 `cluster.timeout_s`; a worker that dies fails the step at once (gRPC reports the closed connection) and `Diagnose`
-names it the same way. Each worker saves and restores its own variables into the logdir, which every task must see at the same path
-(logdir/shared_logdir.py); a rerun resumes from the last checkpoint.
+names it the same way. Each worker saves and restores its own variables into the logdir, which every task must see
+at the same path (logdir/shared_logdir.py); a rerun resumes from the last checkpoint.
 """
 
 import json

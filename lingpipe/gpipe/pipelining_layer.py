@@ -41,17 +41,11 @@ from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
 from lingpipe.distributed import mirrors
 from lingpipe.gpipe import cell_params
-from lingpipe.gpipe import microbatch
-from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule as schedule_lib
-from lingpipe.gpipe import timeline
 from lingpipe.gpipe.engine import cell_functions
-from lingpipe.gpipe.engine import executor
 from lingpipe.gpipe.engine import gradient_sums
-from lingpipe.gpipe.engine import phase_loop
 from lingpipe.gpipe.engine import remat
-from lingpipe.gpipe.engine import step_facts
-from lingpipe.gpipe.engine import train_step
+from lingpipe.gpipe.engine import step
 from lingpipe.gpipe.planner import layer_times
 from lingpipe.gpipe.planner import partition
 
@@ -276,8 +270,8 @@ class PipeliningLayer(base_layer.BaseLayer):
             'Layer %s: schedule %r computes the loss inside the pipeline, so it trains through '
             'FPropWithLoss(inputs, loss_inputs, loss_fn, training=True), which every schedule takes; FProp in '
             'training is for schedule=\'gpipe\' only.' % (self.path, self.params.schedule))
-      return train_step.TrainFProp(self, inputs)
-    return self.Forward(inputs, training=False)[0]
+      return step.TrainFProp(self.Pipe(inputs), inputs)
+    return step.Forward(self.Pipe(inputs), inputs, training=False)[0]
 
   def NeedsLoss(self):
     """Whether training runs through FPropWithLoss: the schedule interleaves forwards and backwards."""
@@ -303,59 +297,16 @@ class PipeliningLayer(base_layer.BaseLayer):
     with context.TrainingOrAmbient(training):
       if not context.IsTraining() or context.IsExporting():
         return loss_fn(self._FProp(inputs), loss_inputs)
-      return train_step.FPropWithLoss(self, inputs, loss_inputs, loss_fn)
+      return step.FPropWithLoss(self.Pipe(inputs), inputs, loss_inputs, loss_fn)
 
-  def Forward(self, inputs, training, wanted=None):
-    """Runs the forward phase of the schedule's plan (schedule.py, executor.py). Returns (merged
-    outputs, NestedMap of what the backward needs). `wanted`: which input gradients the backward
-    computes (executor.Cells)."""
-    p = self.params
+  def Pipe(self, inputs):
+    """What a step of this pipeline on `inputs` needs of the layer (step.Pipe), in the current replica."""
     r = self.Replica()
-    devices = self._mesh[r]
-    num_micro = self.NumMicroBatches(inputs)
-    plan = schedule_lib.MakePlan(p.schedule, num_micro, self._num_cells, p.remat if training else None,
-                                 self._num_devices)
-    params = self.ReadParams(r)
-    if training:  # Inside the custom gradient of train_step.TrainFProp.
-      inputs, params = executor.CutFromCallerTapes(inputs, params, devices)
-    # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded
-    # rows.
-    micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
-    padding = self.Padding(micro, num_micro, pad_rows) if training else None
-    recorder = timeline.Current()
-    cells = self.functions.ExecutorCells(r, params, training, padding, recorder is not None, wanted)
-    facts = step_facts.Derive(plan, cells.saving, self.LoopPhases(r))  # What the whole step reads of the plan.
-    with tf.device(devices[0]):
-      stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
-                 if facts.loops[plan_lib.FORWARD] else None)
-    result = executor.Forward(facts, cells, micro, stacked, recorder=recorder, name=self.TimelineName(r))
-    if training:
-      self.ApplyBatchNormMoments(result.moments)
-    with tf.device(devices[-1]):
-      outputs = microbatch.MergeStacked(result.outputs, p.batch_dim, pad_rows)
-    return outputs, NestedMap(plan=plan, facts=facts, kept=result.kept, params=params, pad_rows=pad_rows,
-                              padding=padding, wanted=wanted)
-
-  def LoopPhases(self, replica=0):
-    """Whether the passes' steady ticks run as a tf.while_loop (p.loop_phases): only where every
-    cell's device is a CPU device of one process, whose memory they share."""
-    hosts = {phase_loop.HostMemory(device) for device in self._mesh[replica]}
-    return bool(self.params.loop_phases) and len(hosts) == 1 and None not in hosts
-
-  # -- what a step driven by the executor needs (here, train_step.py; also Replica, ReplicaDevices,
-  # NumMicroBatches)
-  def ApplyBatchNormMoments(self, merged):
-    """Hands the moments of all micro-batches ({layer path: moments.Moments}) to the task's
-    collector, which moves the averages once per step (and once for all replicas); a pipeline run on
-    its own moves them here."""
-    collector = context.CurrentBatchNormStats()
-    own = collector is None
-    collector = collector or context.BatchNormStats()
-    layers_by_path = {target.path: target for layer in self.Walk() for target in layer.MovingStatsTargets()}
-    for path, part in merged.items():
-      collector.Add(layers_by_path[path], part)
-    if own:
-      collector.Update()
+    moving_stats = {target.path: target for layer in self.Walk() for target in layer.MovingStatsTargets()}
+    return step.Pipe(self.params, self.path, self._num_cells, self._num_devices, self.NumMicroBatches(inputs), r,
+                     list(self._mesh[r]), self.path if len(self._mesh) == 1 else '%s/replica_%d' % (self.path, r),
+                     self._cell_params, self.CopyOf(r), self.functions,
+                     self._gradient_sums[r] if self._gradient_sums else None, moving_stats)
 
   def CopyOf(self, replica):
     """variable -> what `replica` reads for it: its mirrored copy (distributed/mirrors.py), else
@@ -364,37 +315,3 @@ class PipeliningLayer(base_layer.BaseLayer):
     if mirrored is None or replica == 0:
       return None
     return lambda v: mirrored.Of(v, replica)
-
-  def ReadParams(self, replica):
-    """Each cell's parameter values, read once per step on its device in `replica` (from its own
-    copies where the weights are mirrored)."""
-    params = []
-    for k in range(self._num_cells):
-      with tf.device(self._mesh[replica][k]):
-        params.append(self._cell_params[k].Read(self.CopyOf(replica)))
-    return params
-
-  def GradientsByVariable(self, accumulated, replica=0):
-    """{variable.ref(): gradient} of the executor's {cell: [token of its gradient sum]}: the sums
-    read (gradient_sums.GradientSums.Read), keyed by the variables `replica` read (ReadParams)."""
-    copy_of, by_ref = self.CopyOf(replica) or (lambda v: v), {}
-    for k, (token,) in accumulated.items():
-      with tf.device(self._mesh[replica][k]):
-        by_ref.update(zip([copy_of(v).ref() for v in self._cell_params[k].variables],
-                          self._gradient_sums[replica][k].Read(token)))
-    return by_ref
-
-  def MergeInputGrads(self, first, replica, pad_rows):
-    """The pipeline's input gradients (None for non-float leaves) from the executor's per-leaf TensorArrays."""
-    with tf.device(self._mesh[replica][0]):
-      return [None if a is None else microbatch.MergeStacked(a.stack(), self.params.batch_dim, pad_rows)
-              for a in first]
-
-  def TimelineName(self, replica):
-    return self.path if len(self._mesh) == 1 else '%s/replica_%d' % (self.path, replica)
-
-  def Padding(self, micro, num_micro, pad_rows):
-    """(M, pad rows, micro-batch size) of a padded batch (see CellFunctions.Body), or None."""
-    if not pad_rows:
-      return None
-    return num_micro, pad_rows, int(tf.nest.flatten(micro[0])[0].shape[self.params.batch_dim])

@@ -66,9 +66,10 @@ def _Human(n, unit=''):
 
 
 def _Budget(mesh, device_memory):
-  """(bytes each process or device must fit in, the process model (runners/process_memory.py) or None): the budget
-  (memory_budget.Limit: --device_memory, the workers' smallest, or this process's own); (None, None) without one. The process
-  model applies on CPU machines, where a device is a process's (a worker's) or the trainer's own memory."""
+  """(bytes each process or device must fit in, the process model (runners/process_memory.py) or None): the
+  budget (memory_budget.Limit: --device_memory, the workers' smallest, or this process's own); (None, None)
+  without one. The process model applies on CPU machines, where a device is a process's (a worker's) or the
+  trainer's own memory."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top

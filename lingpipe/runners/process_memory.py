@@ -136,7 +136,8 @@ def Calibrate(out=sys.stdout, depths=(4, 12), worker_depths=(8, 20), parts=PARTS
         ', '.join('%.0f' % (y / 2**20) for _, y in worker_points[-2:]), clients[-1][1] / 2**20), file=out,
         flush=True)
   cached = _Cached()
-  entry = dict(cached.get(cpu_kernels.MachineKey()) or {}, machine=cpu_kernels.MachineKey(), measured=datetime.date.today().isoformat())
+  machine = cpu_kernels.MachineKey()
+  entry = dict(cached.get(machine) or {}, machine=machine, measured=datetime.date.today().isoformat())
   if trainer_points:
     entry['trainer'] = list(_Fit(trainer_points))
   if worker_points:

@@ -45,6 +45,12 @@ class CellFunctions:
                                                                                       self._layer.CopyOf(r))):
       return self._layer.RunCell(k, inputs)
 
+  def RunAlone(self, r, inputs):
+    """The one cell of replica r on `inputs`, on its device, reading its variables as they are: a pipeline of one
+    cell and one micro-batch is the plain model."""
+    with tf.device(self._mesh[r][0]):
+      return self._layer.RunCell(0, inputs)
+
   def _RealRows(self, padding, micro_batch_index):
     if padding is None:
       return contextlib.nullcontext()

@@ -84,13 +84,14 @@ def SummingBackward(backward, device, sums, stamped=False):
   """A traced, never-inlined function for one re-computing backward task of a pipeline cell.
 
   Step(inputs, output_grads, micro_batch_index, params, token) -> (input grads, token), where
-  backward(inputs, output_grads, micro_batch_index, params) -> (input grads, param grads) re-computes
-  the cell (cell_gradient.CellGradient.Backward), `params` are its parameter values (a list of
-  tensors, cell_params.py), and each parameter gradient is added to the cell's GradientSums `sums` inside the call, as soon as it exists (assigned where `token` is None: the step's first
-  backward of the cell); the token returned exists once all are. Because the call is not inlined it
-  starts only when all its arguments exist, so threading the token through the calls of one cell runs
-  them one at a time, in schedule order: at most one micro-batch's recomputed activations per device
-  are alive. With `stamped`, Step also returns its start and end times (timeline.Stamped).
+  backward(inputs, output_grads, micro_batch_index, params) -> (input grads, param grads) re-computes the cell
+  (cell_gradient.CellGradient.Backward), `params` are its parameter values (a list of tensors, cell_params.py),
+  and each parameter gradient is added to the cell's GradientSums `sums` inside the call, as soon as it exists
+  (assigned where `token` is None: the step's first backward of the cell); the token returned exists once all
+  are. Because the call is not inlined it starts only when all its arguments exist, so threading the token
+  through the calls of one cell runs them one at a time, in schedule order: at most one micro-batch's
+  recomputed activations per device are alive. With `stamped`, Step also returns its start and end times
+  (timeline.Stamped).
   """
 
   def Step(inputs, output_grads, micro_batch_index, params, token):

@@ -21,7 +21,7 @@ class StepFacts(NamedTuple):
 
 def Derive(plan, saving, loop, loss=False) -> StepFacts:
   """The StepFacts of `plan`, for cells that can return kept activations as data (`saving`:
-  cell_gradient's SavingForward), phases allowed to loop (`loop`: PipeliningLayer.LoopPhases), and a
+  cell_gradient's SavingForward), phases allowed to loop (`loop`: step._LoopPhases), and a
   loss inside the plan (`loss`: the schedules of schedule.NEEDS_LOSS, whose one phase runs
   unrolled).
 

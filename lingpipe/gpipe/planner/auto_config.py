@@ -245,7 +245,8 @@ def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, inp
   candidates += [(Describe(o), o, Fields(o)) for o in others]
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
   trials = step_trials.Run(candidates, layer_params, input_shapes, batch, dtype,
-                           devices or cluster.LocalDevices()[:max(1, choice.num_devices)], batch_dim, input_dtypes, log=log)
+                           devices or cluster.LocalDevices()[:max(1, choice.num_devices)], batch_dim, input_dtypes,
+                           log=log)
   measured = sorted((t for t in trials if t.seconds is not None), key=lambda t: t.seconds)
   if not measured:
     return choice._replace(trials=tuple(trials))
