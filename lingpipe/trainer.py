@@ -142,32 +142,17 @@ def Run(argv=None, out=None):
 
 
 def ChoosePipeline(p, out=None):
-  """Chooses the pipeline fields of `p` left 'auto' (runners/pipeline_choice.py) among the local devices, within
-  --device_memory or this process's budget (on a cluster, among the workers once connected: SetUpCluster); a
-  run's recorded choice is reused."""
+  """Chooses the pipeline fields of `p` left 'auto' among the local devices, or reuses the run's recorded choice
+  (runners/pipeline_choice.py); on a cluster a new choice is made among the workers once connected (SetUpCluster)."""
   from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
   if not pipeline_choice.Pending(p):
     return None
-  from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
-  recorded = _RecordedParams()
-  remote = None  # Export builds a local single-device graph.
+  spec = None  # Export builds a local single-device graph.
   if FLAGS.mode != 'export':
-    remote = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)[0]
-  if remote is not None and not pipeline_choice.ReusesRecorded(p, recorded):
-    return None  # Chosen among the workers once connected (SetUpCluster).
-  workers = None
-  if remote is not None:
-    workers = max(1, len(remote[p.cluster.job]) // max(1, p.cluster.num_replicas))
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
-  total = cluster.LocalDeviceCount(FLAGS.pipeline_devices)
-  num_devices = max(1, total // max(1, p.cluster.num_replicas))
-  if remote is None and total > 1:
-    cluster.ConfigureLocalDevices(total)  # Before the layers are timed: TensorFlow starts then.
-  budget, peak_of, what = pipeline_choice.Budget(
-      p, FLAGS.device_memory, on_gpus=bool(tf.config.list_physical_devices('GPU')), out=out)
-  return pipeline_choice.Resolve(p, num_devices, budget, peak_of, what, recorded_text=recorded, out=out,
-                                 workers=workers)
+    from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
+    spec = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)[0]
+  return pipeline_choice.AmongLocalDevices(p, spec, _RecordedParams(), FLAGS.pipeline_devices, FLAGS.device_memory,
+                                           out)
 
 
 def _RecordedParams():
@@ -188,7 +173,9 @@ def SetUpCluster(p, out=None):
     from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
     spec, own_task = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)
     if spec is not None:
-      return _ConnectAndChoose(p, spec, own_task, out)
+      from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
+      recorded = _RecordedParams() if pipeline_choice.Pending(p) else None
+      return pipeline_choice.AmongWorkers(p, spec, own_task, recorded, FLAGS.device_memory, out)
   num_splits = cluster.MaxNumSplits(p)
   if FLAGS.task is not None and not FLAGS.cluster_spec:
     raise errors.ConfigError('--task=%d needs --cluster_spec.' % FLAGS.task)
@@ -197,25 +184,6 @@ def SetUpCluster(p, out=None):
   if num_devices > 1:
     cluster.ConfigureLocalDevices(num_devices)
   return cluster.Cluster.FromParams(p.cluster, num_splits)
-
-
-def _ConnectAndChoose(p, spec, own_task, out):
-  """The workers' mesh; where pipeline fields are left 'auto', connected to every worker, the fields chosen among
-  them (layers timed on the first, the best candidates stepped across them, each worker's budget), then the mesh
-  of the chosen K."""
-  from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
-  from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
-  if not pipeline_choice.Pending(p):
-    return remote.Connect(spec, p.cluster, cluster.MaxNumSplits(p), own_task)
-  every = max(1, len(spec[p.cluster.job]) // max(1, p.cluster.num_replicas))
-  mesh = remote.Connect(spec, p.cluster, every, own_task)
-  recorded = _RecordedParams()
-  with cluster.Use(mesh):
-    budget, peak_of, what = pipeline_choice.WorkerBudget(mesh, FLAGS.device_memory, out)
-    pipeline_choice.Resolve(p, len(mesh.devices[0]), budget, peak_of, what, recorded_text=recorded, out=out,
-                            devices=list(mesh.devices[0]))
-  return pipeline_choice.WorkersWithSplits(mesh, p.cluster, cluster.MaxNumSplits(p))
 
 
 def main(argv):

@@ -166,6 +166,43 @@ def Resolve(p, num_devices, budget=None, peak_of=None, what='peak', recorded_tex
   return choice
 
 
+def AmongLocalDevices(p, spec=None, recorded_text=None, pipeline_devices=None, device_memory=None, out=None):
+  """The trainer's choice of the pipeline fields of `p` left 'auto' among its local devices (`pipeline_devices`, else
+  one per GPU or core), within `device_memory` (text) or this process's budget; a choice `recorded_text` (the run's
+  params.txt) holds is reused. With a cluster `spec` only a recorded choice is taken here (checked against the
+  workers' number): a new one is made among the workers once connected (AmongWorkers). Returns the Choice or None."""
+  if not Pending(p) or (spec is not None and not ReusesRecorded(p, recorded_text)):
+    return None
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
+  replicas = max(1, p.cluster.num_replicas)
+  workers = None if spec is None else max(1, len(spec[p.cluster.job]) // replicas)
+  total = cluster.LocalDeviceCount(pipeline_devices)
+  if spec is None and total > 1:
+    cluster.ConfigureLocalDevices(total)  # Before the layers are timed: TensorFlow starts then.
+  budget, peak_of, what = Budget(p, device_memory, on_gpus=bool(tf.config.list_physical_devices('GPU')), out=out)
+  return Resolve(p, max(1, total // replicas), budget, peak_of, what, recorded_text=recorded_text, out=out,
+                 workers=workers)
+
+
+def AmongWorkers(p, spec, own_task, recorded_text=None, device_memory=None, out=None):
+  """The mesh of the cluster `spec`'s workers for model params `p`, connected as task `own_task` (or a client).
+  Where pipeline fields are left 'auto' (and no recorded choice took them: AmongLocalDevices), it connects to every
+  worker and chooses among them (layers timed on the first, the best candidates stepped across them, within
+  `device_memory` or the smallest budget a worker reports), then gives the mesh of the chosen K."""
+  from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
+  if not Pending(p):
+    return remote.Connect(spec, p.cluster, cluster.MaxNumSplits(p), own_task)
+  every = max(1, len(spec[p.cluster.job]) // max(1, p.cluster.num_replicas))
+  mesh = remote.Connect(spec, p.cluster, every, own_task)
+  with cluster.Use(mesh):
+    budget, peak_of, what = WorkerBudget(mesh, device_memory, out)
+    Resolve(p, len(mesh.devices[0]), budget, peak_of, what, recorded_text=recorded_text, out=out,
+            devices=list(mesh.devices[0]))
+  return WorkersWithSplits(mesh, p.cluster, cluster.MaxNumSplits(p))
+
+
 def Budget(p, device_memory=None, on_gpus=False, out=None):
   """(budget bytes or None, peak_of(candidate), what peak_of gives) for choosing among local devices: the budget
   is `device_memory` (text, e.g. '1.5GiB'), else this process's (--memory_limit or its cgroup's limit). On GPUs
