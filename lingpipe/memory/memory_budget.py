@@ -112,7 +112,7 @@ def FromCommandLine(argv, name, supervise=False):
     own(list(argv), known_only=True)
   except flags.Error:
     return None  # Left to the binary's flag check, which says why in one line.
-  text = FLAG.value
+  text = own[FLAG.name].value  # The global FLAGS are not parsed yet: read it through the parser that was.
   try:
     limit = byte_sizes.ParseBudget(text, '--memory_limit') if text else None
   except ValueError:
