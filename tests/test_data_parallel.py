@@ -57,7 +57,8 @@ def _AssertSameUpdate(reference, actual):
     np.testing.assert_allclose(metrics[name][1], r_metrics[name][1])
 
 
-@pytest.mark.parametrize('num_replicas,num_splits,num_micro_batches', [(2, 2, 4), (2, 1, 1), (4, 1, 2)])
+@pytest.mark.parametrize('num_replicas,num_splits,num_micro_batches', [
+    pytest.param(2, 2, 4, marks=pytest.mark.slow), (2, 1, 1), pytest.param(4, 1, 2, marks=pytest.mark.slow)])
 def test_replicas_give_the_update_of_one_replica_on_the_whole_batch(num_replicas, num_splits, num_micro_batches):
   one, batch, one_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', 1, num_splits, num_micro_batches)
   many, _, many_mesh = _TaskAndBatch('synthetic.DeepMlpGPipe', num_replicas, num_splits, num_micro_batches)

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The tool with its runs replaced by one child that would sleep for 5 minutes: what SIGTERM must stop.
@@ -33,6 +35,7 @@ def _Alive(pid):
     return False
 
 
+@pytest.mark.slow  # Starts two trainers and stops them: about 5 s.
 def test_sigterm_stops_the_trainers_it_started():
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [os.path.join(ROOT, 'benchmarks')] + ([os.environ['PYTHONPATH']] if os.environ.get('PYTHONPATH') else [])))

@@ -186,6 +186,7 @@ def test_eval_and_export_of_a_run_use_its_recorded_task_params_and_say_so(capsys
   assert 'task.fprop_dtype : None\n' in open(str(tmp_path / 'f32' / 'params.txt')).read()
 
 
+@pytest.mark.slow  # Trains, then evaluates, trains and exports on the edited file: 5-17 s a case.
 @pytest.mark.parametrize('edit,shown,problem', [
     (lambda line: line.replace("'mlp'", "'mlp") if line.startswith('task.name ') else line, "task.name : 'mlp",
      'its value does not parse'),

@@ -117,6 +117,7 @@ def test_params_txt_describes_the_checkpoints_beside_it(capsys, tmp_path):
   assert 'task.train.learning_rate : 0.5' in open(params).read()
 
 
+@pytest.mark.slow  # Two models trained and checked against each other's checkpoints: about 9 s.
 def test_eval_of_another_models_checkpoint_names_the_variables_and_writes_nothing(capsys, tmp_path):
   deep = str(tmp_path / 'deep')
   code, _, err = util.RunTrainer(capsys, '--model=synthetic.DeepMlpGPipe', '--logdir=' + deep, '--max_steps=2')

@@ -95,7 +95,8 @@ def test_eager_execution_is_a_clear_error():
 
 
 @pytest.mark.parametrize('k,m,remat', [(2, 4, 'always'), (2, 4, 'never'), (3, 5, 'except_last'), (4, 2, 'always'),
-                                       (4, 8, 'never'), (1, 3, 'never'), (2, 1, 'always')])
+                                       pytest.param(4, 8, 'never', marks=pytest.mark.slow), (1, 3, 'never'),
+                                       (2, 1, 'always')])
 def test_zero_bubble_matches_the_plain_model(k, m, remat):
   plain, pipe = util.Pair(util.Tanh(12, dim=8), num_splits=k, num_micro_batches=m, remat=remat,
                           schedule='zero_bubble')
