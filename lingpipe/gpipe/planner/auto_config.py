@@ -101,15 +101,20 @@ def Choose(options, num_devices, budget=None, margin=MARGIN, plain_seconds=None,
     raise NothingFits(smallest, budget, margin)
   chosen = fitting[0]
   runner_up = fitting[1] if len(fitting) > 1 else None
-  rejected = next((o for o in ranked if o not in fitting), None)
+  rejected = next((o for o in ranked if not _Fits(o, budget, margin)), None)
   if rejected is not None and _Key(rejected) <= _Key(chosen):
     rejected = None
   return Choice(chosen, runner_up, rejected, budget, plain_seconds, num_devices, terms)
 
 
+def _Fits(option, budget, margin=MARGIN):
+  """Whether `option`'s peak fits `budget` less `margin` (any does without a budget)."""
+  return not budget or memory_plan.Fits(option.peak, budget, margin)
+
+
 def _Fitting(ranked, budget, margin=MARGIN):
-  """The options of `ranked` whose peak fits `budget` less `margin` (all without a budget), in order."""
-  return [o for o in ranked if not budget or memory_plan.Fits(o.peak, budget, margin)]
+  """The options of `ranked` that fit `budget` less `margin` (_Fits), in order."""
+  return [o for o in ranked if _Fits(o, budget, margin)]
 
 
 class NothingFits(errors.ConfigError):
