@@ -57,6 +57,9 @@ AUTO_FIELDS = ('num_splits', 'num_micro_batches', 'remat', 'schedule', 'balance'
 class PipeliningLayer(base_layer.BaseLayer):
   """See the module docstring."""
 
+  # Batch norm's targets by path (Pipe), kept once made: layers of this model, not more of its variables.
+  _TF_MODULE_IGNORED_PROPERTIES = base_layer.BaseLayer._TF_MODULE_IGNORED_PROPERTIES | {'_moving_stats'}
+
   @classmethod
   def Params(cls):
     p = super().Params()
@@ -155,6 +158,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     # Outside the module's tracking: no part of the model.
     object.__setattr__(self, '_gradient_sums', None if base_layer.IsAbstract() else gradient_sums.OfMesh(
         self._cell_params, self._mesh, self.path))
+    object.__setattr__(self, '_moving_stats', None)  # {path: layer} of batch norm's targets (Pipe), made once.
     object.__setattr__(self, 'functions', cell_functions.CellFunctions(self, self._mesh, self._cell_params,
                                                                         p.batch_dim, self._gradient_sums))
 
@@ -302,11 +306,13 @@ class PipeliningLayer(base_layer.BaseLayer):
   def Pipe(self, inputs):
     """What a step of this pipeline on `inputs` needs of the layer (step.Pipe), in the current replica."""
     r = self.Replica()
-    moving_stats = {target.path: target for layer in self.Walk() for target in layer.MovingStatsTargets()}
+    if self._moving_stats is None:  # The layers are built: walked once, not on every call.
+      object.__setattr__(self, '_moving_stats', {
+          target.path: target for layer in self.Walk() for target in layer.MovingStatsTargets()})
     return step.Pipe(self.params, self.path, self._num_cells, self._num_devices, self.NumMicroBatches(inputs), r,
                      list(self._mesh[r]), self.path if len(self._mesh) == 1 else '%s/replica_%d' % (self.path, r),
                      self._cell_params, self.CopyOf(r), self.functions,
-                     self._gradient_sums[r] if self._gradient_sums else None, moving_stats)
+                     self._gradient_sums[r] if self._gradient_sums else None, self._moving_stats)
 
   def CopyOf(self, replica):
     """variable -> what `replica` reads for it: its mirrored copy (distributed/mirrors.py), else
