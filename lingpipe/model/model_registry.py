@@ -52,31 +52,32 @@ def GetAllRegisteredModels():
 
 
 def _TryImport(key):
-  """Imports the module `key` names (under lingpipe.params, else as given, also from the current folder as
-  `python -m` would); returns what a failure to find it should say, or ''."""
+  """Imports the module `key` names: under lingpipe.params, else as given, from the Python path or else from the
+  current folder (as `python -m` would). Returns what a failure to find it should say, or ''."""
   module = key.rsplit('.', 1)[0] if '.' in key else ''
   if not module:
     return ''
-  for name in (PARAMS_PACKAGE + '.' + module, module):
-    for folder in (None, os.getcwd()):
+  cwd = os.getcwd()
+  for name, folder in ((PARAMS_PACKAGE + '.' + module, None), (module, None), (module, cwd)):
+    if folder is not None:
+      if folder in sys.path:
+        continue
+      sys.path.append(folder)  # Kept where the import succeeds: the module's own imports may need it later.
+    try:
+      importlib.import_module(name)
+      return ''
+    except ModuleNotFoundError as e:
       if folder is not None:
-        if folder in sys.path:
-          continue
-        sys.path.append(folder)  # Kept where the import succeeds: the module's own imports may need it later.
-      try:
-        importlib.import_module(name)
-        return ''
-      except ModuleNotFoundError as e:
-        if folder is not None:
-          sys.path.remove(folder)
-        if e.name is None or not name.startswith(e.name):
-          raise  # The module exists but one of its own imports is missing: a real error.
+        sys.path.remove(folder)
+      if e.name is None or not name.startswith(e.name):
+        raise  # The module exists but one of its own imports is missing: a real error.
   return (' No module %s was found in lingpipe.params, the current folder (%s) or the Python path; a model of your '
-          'own package is imported from there.' % (module, os.getcwd()))
+          'own package is imported from there.' % (module, cwd))
 
 
 def GetClass(key):
-  """The registered class for `key`; unknown keys raise ConfigError listing the near matches."""
+  """The registered class for `key`; unknown keys raise ConfigError listing the near matches (and, where its module
+  was found nowhere, where it was looked for)."""
   not_found = ''
   if key not in _REGISTRY:
     not_found = _TryImport(key)
@@ -84,9 +85,7 @@ def GetClass(key):
     known = GetAllRegisteredModels()
     raise errors.ConfigError('Unknown model %r.%s (%d models registered; list them with '
                              'lingpipe-train --mode=list.)%s' % (key, errors.DidYouMean(key, known), len(known),
-                                                                 not_found if '.' in key and not any(
-                                                                     k.startswith(key.rsplit('.', 1)[0] + '.')
-                                                                     for k in known) else ''))
+                                                                 not_found))
   return _REGISTRY[key]
 
 
