@@ -46,7 +46,10 @@ def Predict(plan, forward, backward, terms=IDEAL, handoff_bytes=None) -> float:
   at one micro-batch (`forward[c]`, `backward[c]`: its layers' times added up) and the bytes of each
   cell's result at one micro-batch (`handoff_bytes[c]`; the gradient it receives back is as large)."""
   split = 1.0 + terms.split_backward if plan.splits_backward else 1.0
-  device = {a.cell: a.device for phase in plan.phases for tick in phase.ticks for a in tick}
+  if not (terms.handoff or terms.handoff_per_byte):
+    handoff_bytes = None  # Free hand-offs (flops, or nothing measured): no cell's device to look up.
+  device = {} if handoff_bytes is None else {
+      a.cell: a.device for phase in plan.phases for tick in phase.ticks for a in tick}
 
   def Handoff(cell, to_cell):
     if handoff_bytes is None or not 0 <= to_cell < plan.num_cells or device[to_cell] == device[cell]:
