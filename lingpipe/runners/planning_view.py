@@ -41,14 +41,13 @@ def Of(p, name=None, what='plan') -> View:
   with no input_shapes, is one ConfigError saying that nothing can `what`."""
   nets = Pipelines(p)
   named = [n for n in nets if n.params.name == name] or nets
+  model = getattr(p, 'model', None) or p.task.name
   if not named:
-    raise errors.ConfigError('Model %s has no PipeliningLayer to %s; the planner sizes pipelines.' % (
-        getattr(p, 'model', None) or p.task.name, what))
+    raise errors.ConfigError('Model %s has no PipeliningLayer to %s; the planner sizes pipelines.' % (model, what))
   net = named[0]
   if net.params.input_shapes is None:
     raise errors.ConfigError('Model %s: its pipeline %s has no input_shapes; set its input_shapes (one batch\'s '
-                             'shapes, e.g. [batch, features]) to %s it.' % (
-                                 getattr(p, 'model', None) or p.task.name, net.path, what))
+                             'shapes, e.g. [batch, features]) to %s it.' % (model, net.path, what))
   slots = memory_plan.OptimizerSlots(p.task.train.optimizer) if 'train' in p.task else 0
   return View(net, [unit.params for unit in net.units], net.params.input_shapes,
               memory_plan.BatchSize(net.params.input_shapes, net.params.batch_dim), slots)
