@@ -12,10 +12,23 @@ measured allocator peak plus the weights and Adam's two slots. It prints the cho
 grid's best among the configurations that fit the same budget, the time spent choosing against the time the grid
 took, and whether the choice's measured peak exceeded its budget; below the table, the terms it measured and how
 far the predicted step times were from the measured ones.
+
+    python benchmarks/autoconfig_benchmark.py --workers=2 --write_docs
+
+With --workers=N the devices are N lingpipe-worker processes instead, each pinned to its own core with one thread
+(as one device a host), which this process connects to as the trainer does: the layers, the hand-off between the
+workers and the calls are timed on them, and the budget is a worker's: the fullest worker's process peak (this
+machine's model of a worker process where it was calibrated, else the cells' allocator peaks), against the peak
+each worker's process reached in the configuration's steps (its peak reset before them). The choice is the
+trainer's (auto_config.ChooseFor: predicted, then the best few and the plain model stepped); each configuration's
+time is the median over --repeats runs, each run the median of --steps steps, the runs taken in turn over the grid
+so that a slow minute of the machine weighs on every configuration alike.
 """
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -34,7 +47,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-posi
 from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
-from lingpipe.gpipe import pipelining_layer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe.planner import auto_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe.planner import step_time  # pylint: disable=g-import-not-at-top,wrong-import-position
 import benchmark_page  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -50,112 +63,209 @@ def _Args(argv):
   parser.add_argument('--devices', type=int, default=2, help='Logical CPU devices: K goes up to this.')
   parser.add_argument('--micro_batches', default='1,2,4,8,16', help='Values of M in the grid.')
   parser.add_argument('--steps', type=int, default=5, help='Timed steps per configuration (the median is kept).')
+  parser.add_argument('--repeats', type=int, default=1, help='Runs of the whole grid, in turn; each '
+                      "configuration's time is the median of its runs'.")
+  parser.add_argument('--workers', type=int, default=0, help='Time on this many pinned lingpipe-worker processes '
+                      '(one core each) instead of logical devices in this process.')
   parser.add_argument('--json', default=None, help='Also write every configuration timed here: its fields, '
                       'predicted and measured step seconds and peak bytes.')
   parser.add_argument('--write_docs', action='store_true', help='Write the table into docs/benchmarks.md.')
   return parser.parse_args(argv)
 
 
-_BUILT = [0]
+class _LocalDevices:
+  """Logical CPU devices of this process: they share one allocator, so a budget is the process's (the devices'
+  predicted peaks added up) against the step's measured allocator peak plus the weights and Adam's two slots."""
+
+  def __init__(self, count):
+    cluster.ConfigureLocalDevices(count)
+    self.count, self.devices = count, None  # None: Predict's and the trials' own first `count` local devices.
+    self.what = '%d logical devices' % count
+
+  def PeakOf(self, candidate):
+    return sum(cell.peak for cell in candidate.cells)
+
+  def Place(self):
+    return contextlib.nullcontext()
+
+  def Time(self, workload, fields, steps):
+    """(median step seconds, measured peak bytes) of one configuration."""
+    pipe = call_costs.TrialPipe(workload.layers, fields)
+    step = call_costs.StepOf(pipe, workload.inputs)
+    seconds = _Median(step, steps)
+    weights = sum(v.shape.num_elements() * v.dtype.size for v in pipe.trainable_variables)
+    peak = memory_stats.PeakBytes(step, 'CPU:0', 'autoconfig_benchmark')
+    return seconds, weights * 3 + peak  # weights, and Adam's two slots of their size
+
+  def Close(self):
+    pass
 
 
-def _Time(workload, fields, steps):
-  """(median step seconds, measured peak bytes: the variables and Adam's slots' bytes plus the step's allocator
-  peak above what was allocated before it) of one configuration."""
-  _BUILT[0] += 1
-  pipe = pipelining_layer.PipeliningLayer.Params().Set(
-      name='grid%d' % _BUILT[0], layers=[p.Copy() for p in workload.layers], **fields).Instantiate()
-  Step = workloads.TrainStep(pipe, tf.nest.flatten(workload.inputs)[0])  # pylint: disable=invalid-name
+class _Workers:
+  """N lingpipe-worker processes, each pinned to its own core with one thread, connected to as the trainer does.
+  A budget is a worker's: the fullest worker's process peak (this machine's model of a worker process, where it
+  was calibrated), against the peak each worker's process reached in the configuration's steps plus Adam's two
+  slots of its weights (the steps apply no update)."""
 
+  def __init__(self, count):
+    from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
+    from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
+    from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < count:
+      raise SystemExit('--workers=%d pins each worker to its own core; this process may use %d.' % (count, len(cores)))
+    self.count = count
+    self.calibration = process_memory.LoadOrCalibrate(sys.stdout, ('workers',))
+    self.workers = local_cluster.LocalCluster(count, pin_cores=[{c} for c in cores[:count]], threads=1)
+    self.workers.__enter__()
+    self.mesh = remote.Connect(remote.ParseClusterSpec(self.workers.spec_text), cluster.Params(), count)
+    self.devices = [self.mesh.Device(k, num_splits=count) for k in range(count)]
+    self.pids = [p.pid for p in self.workers.processes]
+    self.fresh = None  # each worker's resident bytes before the first configuration
+    self.what = '%d lingpipe-workers pinned to cores %s, one thread each; peaks: %s' % (
+        count, ','.join(map(str, cores[:count])),
+        'the worker process model measured %s' % self.calibration.measured if self.calibration else
+        'the cells\' allocator peaks (no worker process model: measured peaks are not comparable)')
+
+  def PeakOf(self, candidate):
+    if self.calibration is None:
+      return max(cell.peak for cell in candidate.cells)
+    return max(self.calibration.worker.Peak(cell.peak) for cell in candidate.cells)
+
+  def Place(self):
+    return cluster.Use(self.mesh)
+
+  def Time(self, workload, fields, steps):
+    """(median step seconds, the fullest worker's process peak plus Adam's slots of its weights) of one
+    configuration. A worker keeps what earlier configurations left (traced functions, freed memory malloc keeps),
+    so its peak is its fresh level plus how far above its level before this configuration was built it went."""
+    if self.fresh is None:
+      self.fresh = [_Status(pid, 'VmRSS') for pid in self.pids]
+    before = []
+    for pid in self.pids:  # Each worker's VmHWM starts again from what it holds now (Linux 4.0+).
+      with open('/proc/%d/clear_refs' % pid, 'w') as f:
+        f.write('5')
+      before.append(_Status(pid, 'VmHWM'))
+    with cluster.Use(self.mesh):
+      pipe = call_costs.TrialPipe(workload.layers, fields, self.devices)
+    step = call_costs.StepOf(pipe, workload.inputs, self.devices)
+    seconds = _Median(step, steps)
+    weights = {}
+    for v in pipe.trainable_variables:
+      task = int(v.device.split('/task:')[1].split('/')[0]) if '/task:' in v.device else 0
+      weights[task] = weights.get(task, 0) + v.shape.num_elements() * v.dtype.size
+    peaks = [self.fresh[task] + _Status(pid, 'VmHWM') - before[task] + 2 * weights.get(task, 0)
+             for task, pid in enumerate(self.pids)]
+    del step, pipe
+    return seconds, max(peaks)
+
+  def Close(self):
+    self.workers.__exit__(None, None, None)
+
+
+def _Status(pid, field):
+  """Bytes of `field` (VmRSS; VmHWM: the peak since it was last reset) in process `pid`'s /proc status."""
+  with open('/proc/%d/status' % pid) as f:
+    return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ':'))
+
+
+def _Median(step, steps):
+  """Median seconds of `steps` calls of step() (its value fetched), after two untimed calls."""
   def Once():
     start = time.perf_counter()
-    tf.nest.map_structure(lambda t: t.numpy(), Step(workload.inputs))
+    tf.nest.map_structure(lambda t: t.numpy(), step())
     return time.perf_counter() - start
 
   Once()
   Once()  # Warm-up.
-  seconds = statistics.median(Once() for _ in range(steps))
-  weights = sum(v.shape.num_elements() * v.dtype.size for v in pipe.trainable_variables)
-  peak = memory_stats.PeakBytes(lambda: Step(workload.inputs), 'CPU:0', 'autoconfig_benchmark')
-  return seconds, weights * 3 + peak  # weights, and Adam's two slots of their size
+  return statistics.median(Once() for _ in range(steps))
 
 
-def _ProcessPeak(candidate):
-  """The logical devices share one process's allocator: their peaks add up (what the budget is compared with)."""
-  return sum(cell.peak for cell in candidate.cells)
-
-
-def _Row(name, workload, dtype, args, out, timed=None, notes=None):
+def _Row(name, workload, dtype, args, place, out, timed=None, notes=None):
   shapes = tf.nest.map_structure(lambda t: t.shape.as_list(), workload.inputs)
   micro = tuple(int(m) for m in args.micro_batches.split(','))
   fprop = tf.as_dtype(dtype)
-  start = time.perf_counter()  # What the trainer does before it chooses: time the layers and this machine.
-  predicted = auto_config.Predict(workload.layers, shapes, args.devices, peak_of=_ProcessPeak, fprop_dtype=fprop,
-                                  slots=2)
-  predict_s = time.perf_counter() - start
-  start = time.perf_counter()
-  grid = {}
-  for option in predicted.options:
-    if option.candidate.num_micro_batches in micro:
-      grid[auto_config.Describe(option)] = (option,) + _Time(workload, auto_config.Fields(option), args.steps)
-  grid_s = time.perf_counter() - start
-  errors = sorted(abs(v[0].step_seconds / v[1] - 1) for v in grid.values())
-  if notes is not None:
-    notes.append('%s: measured here: %s; predicted step times off by %.0f%% (median), %.0f%% (90th '
-                 'percentile) over the %d timed.' % ('%s, %s' % (name, dtype),
-                                                     step_time.Describe(predicted.terms),
-                                                     100 * errors[len(errors) // 2],
-                                                     100 * errors[int(0.9 * (len(errors) - 1))], len(errors)))
-  if timed is not None:
-    timed.extend(dict(workload=name, dtype=dtype, config=key, fields=auto_config.Fields(v[0]),
-                      predicted_s=v[0].step_seconds, measured_s=v[1], predicted_peak=v[0].peak, measured_peak=v[2])
-                 for key, v in grid.items())
-  peaks = sorted(v[0].peak for v in grid.values())
-  rows = []
-  for budget_name, budget in (('none', None), ('median peak', peaks[len(peaks) // 2] / (1 - auto_config.MARGIN))):
+  with place.Place():
+    start = time.perf_counter()  # What the trainer does before it chooses: time the layers and these devices.
+    predicted = auto_config.Predict(workload.layers, shapes, place.count, peak_of=place.PeakOf, fprop_dtype=fprop,
+                                    slots=2, devices=place.devices)
+    predict_s = time.perf_counter() - start
     start = time.perf_counter()
-    choice = auto_config.Choose(predicted.options, args.devices, budget, plain_seconds=predicted.plain_seconds,
-                                terms=predicted.terms)
-    choose_s = predict_s + time.perf_counter() - start
-    key = auto_config.Describe(choice.chosen)
-    if key not in grid:  # An M outside the grid's: timed apart.
-      grid[key] = (choice.chosen,) + _Time(workload, auto_config.Fields(choice.chosen), args.steps)
-    fitting = [v for v in grid.values() if budget is None or v[0].peak <= budget * (1 - auto_config.MARGIN)]
-    best_key, best = min(((auto_config.Describe(v[0]), v) for v in fitting), key=lambda kv: kv[1][1])
-    chosen_s, chosen_peak = grid[key][1], grid[key][2]
-    over = budget is not None and chosen_peak > budget
-    rows.append((budget_name, key, chosen_s, best_key, best[1], choose_s, over))
-    print('| %s | %s | %s | %s | %s %.3f s | %s %.3f s | %.2f | %.1f s / %.0f s (%.1f%%) | %s |' % (
-        name, dtype, budget_name if budget is None else '%s (%.0f MiB)' % (budget_name, budget / 2**20),
-        len(fitting), key, chosen_s, best_key, best[1], chosen_s / best[1], choose_s, grid_s,
-        100 * choose_s / grid_s, 'yes (%.0f MiB)' % (chosen_peak / 2**20) if over else 'no'), file=out, flush=True)
+    configs = {}  # Options of one configuration (the same cut from two balances) are timed once.
+    for option in predicted.options:
+      if option.candidate.num_micro_batches in micro:
+        configs.setdefault(repr(sorted(auto_config.Fields(option).items())), []).append(option)
+    runs = {key: [] for key in configs}
+    for _ in range(args.repeats):  # In turn: a slow minute weighs on every configuration alike.
+      for key, options in configs.items():
+        runs[key].append(place.Time(workload, auto_config.Fields(options[0]), args.steps))
+    grid = {}
+    for key, options in configs.items():
+      seconds, peak = statistics.median(r[0] for r in runs[key]), max(r[1] for r in runs[key])
+      grid.update({auto_config.Describe(o): (o, seconds, peak) for o in options})
+    grid_s = time.perf_counter() - start
+    errors = sorted(abs(v[0].step_seconds / v[1] - 1) for v in grid.values())
+    if notes is not None:
+      notes.append('%s, %s: measured here: %s; predicted step times off by %.0f%% (median), %.0f%% (90th '
+                   'percentile) over the %d timed.' % (name, dtype, step_time.Describe(predicted.terms),
+                                                       100 * errors[len(errors) // 2],
+                                                       100 * errors[int(0.9 * (len(errors) - 1))], len(errors)))
+    if timed is not None:
+      timed.extend(dict(workload=name, dtype=dtype, config=key, fields=auto_config.Fields(v[0]),
+                        predicted_s=v[0].step_seconds, measured_s=v[1], predicted_peak=v[0].peak,
+                        measured_peak=v[2]) for key, v in grid.items())
+    peaks = sorted(v[0].peak for v in grid.values())
+    rows = []
+    for budget_name, budget in (('none', None), ('median peak', peaks[len(peaks) // 2] / (1 - auto_config.MARGIN))):
+      start = time.perf_counter()  # The trainer's choice: predicted, then the best few and the plain model stepped.
+      choice = auto_config.Choose(predicted.options, place.count, budget, plain_seconds=predicted.plain_seconds,
+                                  terms=predicted.terms)
+      choice = auto_config.Stepped(choice, predicted.options, workload.layers, shapes, fprop, devices=place.devices)
+      choose_s = predict_s + time.perf_counter() - start
+      key = auto_config.Describe(choice.chosen)
+      if key not in grid:  # An M outside the grid's: timed apart.
+        apart = [place.Time(workload, auto_config.Fields(choice.chosen), args.steps) for _ in range(args.repeats)]
+        grid[key] = (choice.chosen, statistics.median(r[0] for r in apart), max(r[1] for r in apart))
+      fitting = [v for v in grid.values() if budget is None or v[0].peak <= budget * (1 - auto_config.MARGIN)]
+      best_key, best = min(((auto_config.Describe(v[0]), v) for v in fitting), key=lambda kv: kv[1][1])
+      chosen_s, chosen_peak = grid[key][1], grid[key][2]
+      over = budget is not None and chosen_peak > budget
+      rows.append((budget_name, key, chosen_s, best_key, best[1], choose_s, over))
+      print('| %s | %s | %s | %s | %s %.3f s | %s %.3f s | %.2f | %.1f s / %.0f s (%.1f%%) | %s |' % (
+          name, dtype, budget_name if budget is None else '%s (%.0f MiB)' % (budget_name, budget / 2**20),
+          len(fitting), key, chosen_s, best_key, best[1], chosen_s / best[1], choose_s, grid_s,
+          100 * choose_s / grid_s, 'yes (%.0f MiB)' % (chosen_peak / 2**20) if over else 'no'), file=out, flush=True)
   return rows
 
 
 def main(argv=None):
   args = _Args(argv)
-  cluster.ConfigureLocalDevices(args.devices)
+  place = _Workers(args.workers) if args.workers else _LocalDevices(args.devices)
   timed, notes = [], []
-  with benchmark_page.Recording() as printed:
-    print('# The trainer\'s pipeline choice against every configuration timed (%s; %d logical devices, M in %s, '
-          '%d timed steps each)\n' % (cpu_kernels.DescribeCpu(), args.devices, args.micro_batches, args.steps))
-    print('| workload | dtype | budget | fitting | chosen | grid\'s best | chosen / best | choosing / grid | '
-          'chosen over budget |')
-    print('|---|---|---|---|---|---|---|---|---|')
-    for name in args.workloads.split(','):
-      for dtype in args.dtypes.split(','):
-        workload = workloads.Make(name, dtype=dtype, **_SIZES[name])
-        base_name = workload.name[:-len(', ' + dtype)] if workload.name.endswith(', ' + dtype) else workload.name
-        _Row(base_name, workload, dtype, args, sys.stdout, timed, notes)
-    print()
-    for line in notes:
-      print('- ' + line)
+  try:
+    with benchmark_page.Recording() as printed:
+      print('# The trainer\'s pipeline choice against every configuration timed (%s; %s; M in %s; each '
+            'configuration the median of %d run(s) of %d timed steps)\n' % (
+                cpu_kernels.DescribeCpu(), place.what, args.micro_batches, args.repeats, args.steps))
+      print('| workload | dtype | budget | fitting | chosen | grid\'s best | chosen / best | choosing / grid | '
+            'chosen over budget |')
+      print('|---|---|---|---|---|---|---|---|---|')
+      for name in args.workloads.split(','):
+        for dtype in args.dtypes.split(','):
+          workload = workloads.Make(name, dtype=dtype, **_SIZES[name])
+          base_name = workload.name[:-len(', ' + dtype)] if workload.name.endswith(', ' + dtype) else workload.name
+          _Row(base_name, workload, dtype, args, place, sys.stdout, timed, notes)
+      print()
+      for line in notes:
+        print('- ' + line)
+  finally:
+    place.Close()
   if args.json:
     with open(args.json, 'w') as f:
       json.dump(timed, f, indent=1)
   if args.write_docs:
-    benchmark_page.Write('The pipeline choice against an exhaustive search', printed.Text(),
-                         cpu_kernels.DescribeCpu())
+    benchmark_page.Write('The pipeline choice against an exhaustive search' + (
+        ' (pinned workers)' if args.workers else ''), printed.Text(), cpu_kernels.DescribeCpu())
   return 0
 
 

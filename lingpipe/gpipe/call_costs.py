@@ -4,6 +4,8 @@ how much splitting a backward costs depends on the layer) and per_action (with a
 costs the same whatever it runs). planner/step_time.py says how a step prediction uses them. Stepper is a real
 pipeline's training step, which the planner also steps its best candidates with (planner/step_trials.py)."""
 
+import contextlib
+
 import tensorflow as tf
 
 from lingpipe.core import base_layer
@@ -45,19 +47,36 @@ def Stepper(layer_params, inputs, fields, devices=None, batch_dim=0):
   """A function that runs one training step (forward, loss, backward) of `layer_params` piped as `fields`
   (PipeliningLayer values: num_splits, num_micro_batches, remat, schedule, balance, virtual_stages) on `devices`
   (None: the current mesh), on `inputs`; traced at its first call."""
+  return StepOf(TrialPipe(layer_params, fields, devices, batch_dim), inputs, devices, batch_dim)
+
+
+def TrialPipe(layer_params, fields, devices=None, batch_dim=0):
+  """The PipeliningLayer of `layer_params` piped as `fields` on `devices` (None: the current mesh) that Stepper
+  steps."""
   pipe = pipelining_layer.PipeliningLayer.Params().Set(
       name='trial', layers=[p.Copy() for p in layer_params], batch_dim=batch_dim, **fields)
   if devices is not None:
     pipe.devices = list(devices[:fields.get('num_splits', 1)])
-  pipe = pipe.Instantiate()
+  return pipe.Instantiate()
+
+
+def StepOf(pipe, inputs, devices=None, batch_dim=0):
+  """Stepper's step of a TrialPipe: a scalar read from every gradient on its own device (on workers no gradient
+  travels to this process, as in the trainer, which applies them there)."""
   batch = tf.shape(tf.nest.flatten(inputs)[0])[batch_dim]
   targets = tf.zeros([batch])
 
   @tf.function(autograph=False)
   def Step():
-    with tf.GradientTape() as tape, context.Training(True):
-      loss, _ = pipe.FPropWithLoss(inputs, targets, _Loss)
-    return tape.gradient(loss, pipe.trainable_variables)
+    with tf.device(devices[0]) if devices else contextlib.nullcontext():  # As the trainer's mesh.Placement().
+      with tf.GradientTape() as tape, context.Training(True):
+        loss, _ = pipe.FPropWithLoss(inputs, targets, _Loss)
+      sums = []
+      for g, v in zip(tape.gradient(loss, pipe.trainable_variables), pipe.trainable_variables):
+        if g is not None:
+          with tf.device(v.device):
+            sums.append(tf.reduce_sum(tf.cast(g.values if isinstance(g, tf.IndexedSlices) else g, tf.float32)))
+      return tf.add_n(sums) if sums else loss
   return Step
 
 

@@ -79,12 +79,25 @@ def _SpecsOf(x):
 def Best(run, repeats):
   """The shortest of `repeats` timed calls of run() (its tensors' values fetched), after one untimed call."""
   run()  # Traces, and warms the kernels.
+  with tf.device('/device:CPU:0'):
+    own = tf.constant(0).device.split('/device:')[0] + '/'  # this process's job and task
   best = float('inf')
   for _ in range(repeats):
     start = time.perf_counter()
-    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, 'numpy') else t, run())
+    tf.nest.map_structure(lambda t: _Fetch(t, own), run())
     best = min(best, time.perf_counter() - start)
   return best
+
+
+def _Fetch(t, own):
+  """The value of tensor `t` where it is in this process (device prefix `own`); one element of it where it is on a
+  worker: the timing waits for it without the whole tensor crossing the network, which a pipeline does not pay."""
+  if not hasattr(t, 'numpy'):
+    return t
+  if not t.device or t.device.startswith(own):
+    return t.numpy()
+  with tf.device(t.device):
+    return tf.reshape(t, [-1])[:1].numpy()
 
 
 class _Timed:
@@ -220,15 +233,19 @@ def Heaviest(layer_params, input_shapes, times, dtype=tf.float32, batch_dim=0) -
 def RunsOnDevice(layer, dtype=tf.float32, batch_dim=0, built=None):
   """A function of a device name that runs, on that device, the forward and backward of `layer` (a
   Layer, e.g. Heaviest's, measured with the same `built`) at its inputs: a unit of this model's own
-  work."""
+  work. Each device gets its own copy of the layer and reads back one number: on worker processes a copy
+  shared with another worker, or gradients fetched whole, would time gRPC, not the devices' work."""
   dtype = tf.as_dtype(dtype)
   built = {} if built is None else built
-  timed = _Built(built, layer.params, _Text(layer.params, layer.index), layer.inputs, batch_dim, dtype)
-  inputs = {}
+  text = _Text(layer.params, layer.index)
+  copies, inputs = {}, {}
 
   def Run(device):
     with tf.device(device):
-      if device not in inputs:
+      if device not in copies:
+        copies[device] = _Built(built if not copies else {}, layer.params, text, layer.inputs, batch_dim, dtype)
         inputs[device] = SampleInputs(layer.inputs)
-      tf.nest.map_structure(lambda t: t.numpy(), timed.forward_backward(inputs[device]))
+      grads = copies[device].forward_backward(inputs[device])
+      tf.add_n([tf.reduce_sum(tf.cast(g.values if isinstance(g, tf.IndexedSlices) else g, tf.float32))
+                for g in grads]).numpy()
   return Run
