@@ -5,7 +5,7 @@ r"""The trainer's pipeline choice (--pipeline=auto) against an exhaustive search
 For each workload and dtype it times, on this process's 2 logical CPU devices (where the trainer's choice runs),
 one training step of every configuration of the grid (K in 1..--devices, M in --micro_batches dividing the batch,
 the three remat policies, the four schedules; each cut the planner's balances give), then lets the chooser
-(gpipe/planner/auto_config.py: layers and this machine's step_time.Terms measured here, the planner's speed and memory
+(gpipe/choice/auto_config.py: layers and this machine's step_time.Terms measured here, the planner's speed and memory
 model) choose under each budget: none, and a tight one (the median of the grid's predicted peaks). The devices
 share one allocator, so a budget is the process's: the devices' predicted peaks added up, against the step's
 measured allocator peak plus the weights and Adam's two slots. It prints the choice's measured step time over the
@@ -47,8 +47,8 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-posi
 from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
-from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from lingpipe.gpipe.planner import auto_config  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lingpipe.gpipe.choice import call_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lingpipe.gpipe.choice import auto_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe.planner import step_time  # pylint: disable=g-import-not-at-top,wrong-import-position
 import benchmark_page  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -121,7 +121,7 @@ class _Workers:
     self.mesh = remote.Connect(remote.ParseClusterSpec(self.workers.spec_text), cluster.Params(), count)
     self.devices = [self.mesh.Device(k, num_splits=count) for k in range(count)]
     self.pids = [p.pid for p in self.workers.processes]
-    self.fresh = None  # each worker's resident bytes before the first configuration
+    self.fresh = [_Status(pid, 'VmRSS') for pid in self.pids]  # each worker's resident bytes, connected to
     self.what = '%d lingpipe-workers pinned to cores %s, one thread each; peaks: %s' % (
         count, ','.join(map(str, cores[:count])),
         'the worker process model measured %s' % self.calibration.measured if self.calibration else
@@ -138,9 +138,8 @@ class _Workers:
   def Time(self, workload, fields, steps):
     """(median step seconds, the fullest worker's process peak plus Adam's slots of its weights) of one
     configuration. A worker keeps what earlier configurations left (traced functions, freed memory malloc keeps),
-    so its peak is its fresh level plus how far above its level before this configuration was built it went."""
-    if self.fresh is None:
-      self.fresh = [_Status(pid, 'VmRSS') for pid in self.pids]
+    so its peak is its level once connected to plus how far above its level before this configuration was built it
+    went."""
     before = []
     for pid in self.pids:  # Each worker's VmHWM starts again from what it holds now (Linux 4.0+).
       with open('/proc/%d/clear_refs' % pid, 'w') as f:

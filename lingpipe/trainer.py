@@ -113,12 +113,13 @@ def Run(argv=None, out=None):
     p = run_params.BuildModelParams(*params_args, auto_pipeline=FLAGS.pipeline == 'auto')
   if FLAGS.job:
     p.cluster.job = FLAGS.job
-  ChoosePipeline(p, out)
+  spec = ClusterSpec(p)
+  ChoosePipeline(p, spec, out)
   if FLAGS.mode == 'train':
     if FLAGS.termination_grace_s <= 0:
       raise errors.ConfigError('--termination_grace_s=%g: expected a number of seconds > 0.' %
                                FLAGS.termination_grace_s)
-    mesh = SetUpCluster(p, out)  # Before the lock: a refused cluster leaves the logdir untouched.
+    mesh = SetUpCluster(p, spec, out)  # Before the lock: a refused cluster leaves the logdir untouched.
     with logdir_lock.LogdirLock(FLAGS.logdir, out=out):  # One writer per logdir (logdir_lock.py).
       checkpointer.CheckLogdirModel(FLAGS.logdir, FLAGS.model)  # Again, now that no one else writes there.
       with cluster.Use(mesh):
@@ -127,7 +128,7 @@ def Run(argv=None, out=None):
           return loop.Run()
         except KeyboardInterrupt as e:
           raise interrupt.Interrupted(loop.ResumeHint()) from e
-  with cluster.Use(SetUpCluster(p, out)):
+  with cluster.Use(SetUpCluster(p, spec, out)):
     if FLAGS.mode == 'inspect':
       from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
       return inspector.Inspect(p, out=out, device_memory=byte_sizes.Parse(FLAGS.device_memory, '--device_memory')
@@ -141,18 +142,24 @@ def Run(argv=None, out=None):
     return exporter.Export(p, FLAGS.logdir, FLAGS.export_dir, FLAGS.checkpoint_path, out=out)
 
 
-def ChoosePipeline(p, out=None):
+def ClusterSpec(p):
+  """(cluster spec, own task) of --cluster_spec and --task or TF_CONFIG (tf_config.py), or (None, None) for local
+  devices; export builds a local single-device graph."""
+  if FLAGS.mode == 'export':
+    return None, None
+  from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
+  return tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)
+
+
+def ChoosePipeline(p, spec, out=None):
   """Chooses the pipeline fields of `p` left 'auto' among the local devices, or reuses the run's recorded choice
-  (runners/pipeline_choice.py); on a cluster a new choice is made among the workers once connected (SetUpCluster)."""
+  (runners/pipeline_choice.py); on a cluster (`spec`, ClusterSpec's) a new choice is made among the workers once
+  connected (SetUpCluster)."""
   from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
   if not pipeline_choice.Pending(p):
     return None
-  spec = None  # Export builds a local single-device graph.
-  if FLAGS.mode != 'export':
-    from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
-    spec = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)[0]
-  return pipeline_choice.AmongLocalDevices(p, spec, _RecordedParams(), FLAGS.pipeline_devices, FLAGS.device_memory,
-                                           out)
+  return pipeline_choice.AmongLocalDevices(p, spec[0], _RecordedParams(), FLAGS.pipeline_devices,
+                                           FLAGS.device_memory, out)
 
 
 def _RecordedParams():
@@ -163,19 +170,17 @@ def _RecordedParams():
   return checkpointer.RecordedParamsText(FLAGS.logdir)
 
 
-def SetUpCluster(p, out=None):
-  """The device mesh of model params `p`: the workers of --cluster_spec or TF_CONFIG (tf_config.py), else local
-  devices (made first, before anything runs a TensorFlow op). Pipeline fields left 'auto' on a cluster are chosen
-  here, among the workers."""
+def SetUpCluster(p, spec, out=None):
+  """The device mesh of model params `p`: the workers of `spec` (ClusterSpec's), else local devices (made first,
+  before anything runs a TensorFlow op). Pipeline fields left 'auto' on a cluster are chosen here, among the
+  workers."""
   from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
-  if FLAGS.mode != 'export':  # Export builds a local single-device graph.
-    from lingpipe.distributed import tf_config  # pylint: disable=g-import-not-at-top
-    spec, own_task = tf_config.ForTrainer(FLAGS.cluster_spec, FLAGS.task, p.cluster.job, mode=FLAGS.mode)
-    if spec is not None:
-      from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
-      recorded = _RecordedParams() if pipeline_choice.Pending(p) else None
-      return pipeline_choice.AmongWorkers(p, spec, own_task, recorded, FLAGS.device_memory, out)
+  spec, own_task = spec
+  if spec is not None:
+    from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
+    recorded = _RecordedParams() if pipeline_choice.Pending(p) else None
+    return pipeline_choice.AmongWorkers(p, spec, own_task, recorded, FLAGS.device_memory, out)
   num_splits = cluster.MaxNumSplits(p)
   if FLAGS.task is not None and not FLAGS.cluster_spec:
     raise errors.ConfigError('--task=%d needs --cluster_spec.' % FLAGS.task)

@@ -1,5 +1,5 @@
 """--pipeline=auto and 'auto' pipeline fields: chosen within the budget, fixed fields kept, recorded and reused,
-and what is chosen trains as the plain model does (gpipe/planner/auto_config.py, runners/pipeline_choice.py)."""
+and what is chosen trains as the plain model does (gpipe/choice/auto_config.py, runners/pipeline_choice.py)."""
 
 import os
 
@@ -8,7 +8,7 @@ import pytest
 from lingpipe.core import errors
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe import schedule as schedule_lib
-from lingpipe.gpipe.planner import auto_config
+from lingpipe.gpipe.choice import auto_config
 from lingpipe.runners import run_params
 import pipeline_test_util as util
 from test_transparency import _Batch, _DIM, _Plain, _Train

@@ -2,7 +2,8 @@
 
 core is the foundation; memory (a process's budget: cgroups, the guard, the workers' reports) builds on it alone;
 distributed on both; gpipe on core and distributed, its engine (what runs a step) and planner (what
-predicts one) on gpipe's leaf modules (the plan, the schedules, the timeline); model (a registered model's params,
+predicts one) on gpipe's leaf modules (the plan, the schedules, the timeline), its choice (what chooses by stepping
+real pipelines) on all of gpipe, and nothing else of gpipe on it; model (a registered model's params,
 task and registry) on core and distributed; logdir (what keeps a run's folder safe: atomic writes, checkpoints, the
 lock) on core and distributed. runners (the trainer's modes) and keras sit above them all.
 """
@@ -27,7 +28,8 @@ ALLOWED = {  # package -> the lingpipe packages its modules may import
 _GPIPE_LEAVES = {'gpipe.plan', 'gpipe.schedule', 'gpipe.timeline', 'gpipe.microbatch', 'gpipe.cell_params'}
 ROOMS = {  # gpipe's rooms -> the gpipe modules (or rooms) they may import
     'gpipe/engine': _GPIPE_LEAVES | {'gpipe.engine'},
-    'gpipe/planner': _GPIPE_LEAVES | {'gpipe.engine', 'gpipe.planner', 'gpipe.call_costs'},
+    'gpipe/planner': _GPIPE_LEAVES | {'gpipe.engine', 'gpipe.planner'},
+    'gpipe/choice': _GPIPE_LEAVES | {'gpipe.engine', 'gpipe.planner', 'gpipe.choice', 'gpipe.pipelining_layer'},
 }
 
 
@@ -76,6 +78,14 @@ def test_gpipe_rooms_import_only_the_leaves_and_each_other(room):
     if extra:
       bad[os.path.relpath(path, ROOT)] = sorted(extra)
   assert not bad, 'lingpipe/%s imports %s' % (room, bad)
+
+
+def test_only_the_choice_steps_real_pipelines():
+  """gpipe/choice sits above the PipeliningLayer it steps: nothing else of gpipe imports it."""
+  bad = {os.path.relpath(path, ROOT): sorted(n for n in _Imports(path) if n.startswith('lingpipe.gpipe.choice'))
+         for path in _Files('gpipe') if os.sep + 'choice' + os.sep not in path}
+  bad = {path: names for path, names in bad.items() if names}
+  assert not bad, bad
 
 
 def test_gpipe_top_level_holds_at_most_eight_modules():

@@ -51,7 +51,7 @@ def test_the_advice_plan_pipeline_and_pipeline_auto_pick_alike(calibrated):  # p
   fits, then the least memory; here with speeds from flops (--pipeline=auto then steps the best, step_trials.py).
   The advice leaves out the configuration that ran (K=1 here, so not a candidate of K=2's)."""
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe.planner import auto_config  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.choice import auto_config  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   budget = 1536 * _MIB
   p = _Params("task.network.num_splits=1;task.network.num_micro_batches=1;task.network.remat='never'")

@@ -68,7 +68,7 @@ def test_a_hand_off_is_paid_by_the_action_that_sends_to_another_device():
 
 def test_a_hand_off_between_logical_devices_costs_little_and_is_never_negative():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.choice import call_costs  # pylint: disable=g-import-not-at-top
   devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
   fixed, per_byte = call_costs.Handoff(devices, repeats=2)
   assert 0 <= fixed < 0.01 and 0 <= per_byte * 2**20 < 0.05  # In one process: under 10 ms, 50 ms a MiB.
@@ -85,7 +85,7 @@ def test_the_terms_are_measured_here_with_the_models_own_layer():
   unit = layer_times.RunsOnDevice(heaviest, built=built)
   assert heaviest.inputs == tf.TensorSpec([64, 128], tf.float32) and heaviest.params.cls is layers[heaviest.index].cls
   devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
-  from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.choice import call_costs  # pylint: disable=g-import-not-at-top
   terms = step_time.Measure(unit, devices,
                             lambda: (call_costs.SplitBackward(heaviest, 64, times), call_costs.PerAction()))
   assert len(terms.concurrency) == len(devices) and terms.concurrency[0] == pytest.approx(1.0)
@@ -100,7 +100,7 @@ def test_the_terms_are_measured_here_with_the_models_own_layer():
 @pytest.mark.parametrize('exact_seconds, timed', [(1e9, [8, 12, 16, 24, 48]), (0.0, [8, 16, 48])])
 def test_every_micro_batch_size_is_timed_while_it_is_cheap_the_rest_interpolated(monkeypatch, exact_seconds, timed):
   """Batch 48, M up to 6: the three anchors (48, 8 and 16) are always timed; 24 and 12 too while timing lasts."""
-  from lingpipe.gpipe.planner import auto_config  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.choice import auto_config  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
   import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
   sizes = []
@@ -117,7 +117,7 @@ def test_every_micro_batch_size_is_timed_while_it_is_cheap_the_rest_interpolated
 def test_a_split_backwards_cost_is_a_fraction_of_the_backward_not_of_the_step(monkeypatch):
   """A step of forward 1 and backward 2 (3 s) that takes 4 s split: the backward costs 50% more, not 33%."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe import call_costs  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.choice import call_costs  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
   import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
   steps = {'1f1b': 3.0, 'zero_bubble': 4.0}

@@ -4,8 +4,8 @@ measured, so a prediction that is wrong cannot make training slower than the pla
 import pytest
 import tensorflow as tf
 
-from lingpipe.gpipe.planner import auto_config
-from lingpipe.gpipe.planner import step_trials
+from lingpipe.gpipe.choice import auto_config
+from lingpipe.gpipe.choice import step_trials
 import pipeline_test_util as util
 
 _LAYERS, _SHAPES = util.Tanh(6, 64), [24, 64]

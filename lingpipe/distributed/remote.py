@@ -30,6 +30,7 @@ import time
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.core import processes
 from lingpipe.distributed import cluster
 from lingpipe.memory import memory_cgroup
 from lingpipe.distributed import worker_lease
@@ -240,10 +241,8 @@ class RemoteCluster(cluster.Cluster):
     pid = identity.get('pid')
     if not isinstance(pid, int) or identity.get('host') != socket.gethostname():
       return None
-    try:
-      with open('/proc/%d/stat' % pid) as f:
-        state = f.read().rsplit(')', 1)[1].split()[0]
-    except (OSError, IndexError):
+    state = processes.State(pid)
+    if state is None:
       return 'its process (pid %d on this host) has ended' % pid
     if state in ('T', 't'):
       return ('unresponsive: its process (pid %d on this host) is stopped (SIGSTOP, Ctrl-Z or a debugger); '

@@ -22,6 +22,7 @@ import time
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.core import processes
 
 CONTAINER, NAME = 'lingpipe', 'trainer_lease'
 BEAT_S = 2.0  # How often a trainer renews its leases and a worker reads its own.
@@ -58,29 +59,10 @@ def HolderGone(lease):
   if lease.get(RELEASED):
     return 'it released the worker'
   pid = lease.get('pid')
-  if lease.get('host') == socket.gethostname() and isinstance(pid, int) and not _Alive(pid, lease.get('start')):
+  here = lease.get('host') == socket.gethostname()
+  if here and isinstance(pid, int) and not processes.Alive(pid, lease.get('start')):
     return 'its process (pid %d on this host) has ended' % pid
   return None
-
-
-def _Alive(pid, start=None):
-  """Whether process `pid` runs and, where `start` is given, is the same process (its start time in clock ticks)."""
-  try:
-    with open('/proc/%d/stat' % pid) as f:
-      fields = f.read().rsplit(')', 1)[1].split()
-  except (OSError, IndexError):
-    return False
-  if fields[0] in ('Z', 'X'):
-    return False
-  return start is None or fields[19] == str(start)
-
-
-def _StartTime():
-  try:
-    with open('/proc/self/stat') as f:
-      return f.read().rsplit(')', 1)[1].split()[19]
-  except (OSError, IndexError):
-    return None
 
 
 class Watcher:
@@ -206,7 +188,7 @@ def RestartingHere(address):
       pid = int(f.read().strip())
   except (OSError, ValueError):
     return False
-  return _Alive(pid)
+  return processes.Alive(pid)
 
 
 def _IsMine(lease):
@@ -223,7 +205,7 @@ class Holder:
     self._devices = [_Cpu(t) for t in task_names]
     self._beat = 0
     self._lock = threading.Lock()
-    self._start = _StartTime()
+    self._start = processes.StartTime()
     self._Write()
     self._stop = threading.Event()
     threading.Thread(target=self._Run, daemon=True).start()

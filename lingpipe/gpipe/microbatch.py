@@ -65,6 +65,14 @@ def Split(batch, num_micro_batches, batch_dim=0, pad=False):
   return micro, pad_rows
 
 
+def Cut(batch, num_micro_batches, batch_dim=0, pad=False):
+  """(Split's micro-batches, the same as Stacked's [M, <micro-batch>] leaves, the number of zero rows appended):
+  what a pipeline's phase takes, as a list (unrolled) or stacked (looped; in a traced step the form not used is
+  pruned)."""
+  micro, pad_rows = Split(batch, num_micro_batches, batch_dim, pad)
+  return micro, Stacked(batch, num_micro_batches, batch_dim, pad_rows), pad_rows
+
+
 def Stacked(batch, num_micro_batches, batch_dim=0, pad_rows=0):
   """`batch` (as Split cut it, with its pad rows) as [M, <micro-batch>] leaves whose index m is
   micro-batch m: for batch_dim 0 a reshape, which shares the batch's buffer; otherwise a stack of

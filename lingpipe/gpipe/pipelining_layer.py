@@ -39,7 +39,6 @@ from lingpipe.core import errors
 from lingpipe.core import param_checks
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.distributed import cluster
-from lingpipe.distributed import mirrors
 from lingpipe.gpipe import cell_params
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe.engine import cell_functions
@@ -106,7 +105,7 @@ class PipeliningLayer(base_layer.BaseLayer):
     unresolved = [name for name in AUTO_FIELDS if p.Get(name) == param_checks.AUTO]
     if unresolved:
       raise errors.ConfigError("Layer %s: %s='auto' is chosen by lingpipe-train before the model is built "
-                               '(--pipeline=auto); outside it, set a value (gpipe/planner/auto_config.ChooseFor '
+                               '(--pipeline=auto); outside it, set a value (gpipe/choice/auto_config.ChooseFor '
                                'chooses one for a list of layers).' % (self.path, unresolved[0]))
     if p.remat not in remat.POLICIES:
       raise errors.ConfigError('Layer %s: remat must be one of %s, got %r.%s' % (
@@ -159,8 +158,9 @@ class PipeliningLayer(base_layer.BaseLayer):
     object.__setattr__(self, '_gradient_sums', None if base_layer.IsAbstract() else gradient_sums.OfMesh(
         self._cell_params, self._mesh, self.path))
     object.__setattr__(self, '_moving_stats', None)  # {path: layer} of batch norm's targets (Pipe), made once.
-    object.__setattr__(self, 'functions', cell_functions.CellFunctions(self, self._mesh, self._cell_params,
-                                                                        p.batch_dim, self._gradient_sums))
+    object.__setattr__(self, 'functions', cell_functions.CellFunctions(
+        [self.CellLayers(k) for k in range(self._num_cells)], self._mesh, self._cell_params, p.batch_dim,
+        self._gradient_sums))
 
   # -- structure
   # -----------------------------------------------------------------------------------------------
@@ -232,19 +232,6 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   # -- forward
   # -------------------------------------------------------------------------------------------------
-  def RunCell(self, k, inputs):
-    """Cell k's layers on `inputs`, one after another, where the caller placed them."""
-    x = inputs
-    for i, layer in enumerate(self.CellLayers(k)):
-      try:
-        x = layer.FProp(x)
-      except AttributeError as e:
-        if i == 0 and k > 0 and 'NestedMap has no field' in str(e):
-          raise errors.ConfigError('Cell %d (%s) cannot use the output of cell %d (%s): %s' % (
-              k, self.CellLayers(k)[0].path, k - 1, self.CellLayers(k - 1)[-1].path, e)) from e
-        raise
-    return x
-
   def NumMicroBatches(self, inputs):
     p = self.params
     if not p.micro_batch_size:
@@ -265,8 +252,9 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   def _FProp(self, inputs):
     if context.IsExporting():
+      cell_layers = [self.CellLayers(k) for k in range(self._num_cells)]
       for k in range(self._num_cells):
-        inputs = self.RunCell(k, inputs)
+        inputs = cell_functions.RunCell(cell_layers, k, inputs)
       return inputs
     if context.IsTraining():
       if self.NeedsLoss():
@@ -311,13 +299,6 @@ class PipeliningLayer(base_layer.BaseLayer):
           target.path: target for layer in self.Walk() for target in layer.MovingStatsTargets()})
     return step.Pipe(self.params, self.path, self._num_cells, self._num_devices, self.NumMicroBatches(inputs), r,
                      list(self._mesh[r]), self.path if len(self._mesh) == 1 else '%s/replica_%d' % (self.path, r),
-                     self._cell_params, self.CopyOf(r), self.functions,
+                     self._cell_params, cell_functions.CopyOf(r), self.functions,
                      self._gradient_sums[r] if self._gradient_sums else None, self._moving_stats)
 
-  def CopyOf(self, replica):
-    """variable -> what `replica` reads for it: its mirrored copy (distributed/mirrors.py), else
-    None (the variable itself, on replica 0's devices)."""
-    mirrored = mirrors.Current()
-    if mirrored is None or replica == 0:
-      return None
-    return lambda v: mirrored.Of(v, replica)

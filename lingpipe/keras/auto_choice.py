@@ -1,4 +1,4 @@
-"""lingpipe.keras.Pipeline's fields given as 'auto', chosen at its first fit (gpipe/planner/auto_config.py).
+"""lingpipe.keras.Pipeline's fields given as 'auto', chosen at its first fit (gpipe/choice/auto_config.py).
 
 The units are timed on this process's first device at the first batch's and each micro-batch's size, in the
 policy's compute dtype; the plain model and the best predicted configurations whose fullest device fits
@@ -10,7 +10,7 @@ from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.core import param_checks
 from lingpipe.distributed import cluster
-from lingpipe.gpipe.planner import auto_config
+from lingpipe.gpipe.choice import auto_config
 
 AUTO = param_checks.AUTO
 _ADAM_SLOTS = 2

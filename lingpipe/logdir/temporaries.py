@@ -15,6 +15,8 @@ import secrets
 import shutil
 import socket
 
+from lingpipe.core import processes
+
 _NAME = re.compile(r'^\.(?P<target>.+)\.(?P<kind>tmp|old)-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]{8}$')
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -28,18 +30,6 @@ def Name(path, kind='tmp'):
   """A fresh temporary path beside `path` (kind 'tmp' or 'old')."""
   directory, base = os.path.split(os.path.abspath(path))
   return os.path.join(directory, '.%s.%s-%s-%d-%s' % (base, kind, _Host(), os.getpid(), secrets.token_hex(4)))
-
-
-def _Alive(pid):
-  if pid == os.getpid():
-    return True
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except OSError:  # EPERM: it runs, as another user.
-    return True
-  return True
 
 
 def _Remove(path):
@@ -60,7 +50,7 @@ def RemoveLeftovers(directory):
   host, done = _Host(), []
   for name in names:
     m = _NAME.match(name)
-    if not m or m.group('host') != host or _Alive(int(m.group('pid'))):
+    if not m or m.group('host') != host or processes.Alive(int(m.group('pid'))):
       continue
     path, target = os.path.join(directory, name), os.path.join(directory, m.group('target'))
     try:

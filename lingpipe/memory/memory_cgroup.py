@@ -9,6 +9,7 @@ import re
 from typing import NamedTuple, Optional
 
 from lingpipe.core import byte_sizes
+from lingpipe.core import processes
 
 PREFIX = 'lingpipe-'  # Cgroups made here are named lingpipe-<pid>; a dead pid's empty one is removed by the next.
 UNLIMITED = 1 << 60  # A cgroup limit at or above this is "no limit" (v1 reports 2^63 rounded to pages).
@@ -140,16 +141,6 @@ def WriteFile(path, text):
     f.write(text)
 
 
-def ProcessAlive(pid):
-  try:
-    os.kill(pid, 0)
-  except ProcessLookupError:
-    return False
-  except OSError:
-    return True
-  return True
-
-
 def RemoveStale(parent):
   """Removes the empty cgroups under `parent` that a lingpipe process (now dead) made. Returns their names."""
   removed = []
@@ -160,7 +151,7 @@ def RemoveStale(parent):
   for name in names:
     m = re.match(r'^%s(\d+)$' % PREFIX, name)
     path = os.path.join(parent, name)
-    if not m or ProcessAlive(int(m.group(1))) or (_Read(os.path.join(path, 'cgroup.procs')) or '').strip():
+    if not m or processes.Alive(int(m.group(1))) or (_Read(os.path.join(path, 'cgroup.procs')) or '').strip():
       continue
     try:
       os.rmdir(path)

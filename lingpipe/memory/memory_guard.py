@@ -21,6 +21,7 @@ import threading
 import time
 
 from lingpipe.core import byte_sizes
+from lingpipe.core import processes
 from lingpipe.memory import memory_cgroup
 
 
@@ -34,7 +35,7 @@ def _WaitForExit(pid):
     select.select([fd], [], [])
     os.close(fd)
     return
-  while memory_cgroup.ProcessAlive(pid):
+  while processes.Alive(pid):
     time.sleep(0.2)
 
 

@@ -3,7 +3,7 @@
 A PipeliningLayer's num_splits, num_micro_batches, remat, schedule and balance may each be 'auto' (--pipeline=auto
 sets all five the overrides leave alone). The trainer measures the model's distinct layers on this machine at
 the batch's and each micro-batch's size, in the model's dtype (gpipe/planner/layer_times.py), and takes the fastest
-configuration the planner predicts to fit the budget (gpipe/planner/auto_config.py). The choice is written into the
+configuration the planner predicts to fit the budget (gpipe/choice/auto_config.py). The choice is written into the
 params, so params.txt records it (with `auto_choice` saying on what machine); a resume, an eval or an export
 reuses it without timing again.
 """
@@ -18,7 +18,7 @@ from lingpipe.core import hyperparams
 from lingpipe.core import param_checks
 from lingpipe.core import params_text
 from lingpipe.gpipe import pipelining_layer
-from lingpipe.gpipe.planner import auto_config
+from lingpipe.gpipe.choice import auto_config
 from lingpipe.logdir import recorded_params
 from lingpipe.runners import planning_view
 from lingpipe.runners import run_params

@@ -9,6 +9,8 @@ import tensorflow as tf
 
 from lingpipe.core import base_layer
 from lingpipe.core import context
+from lingpipe.core import errors
+from lingpipe.distributed import mirrors
 from lingpipe.gpipe import timeline
 from lingpipe.gpipe.engine import cell_gradient
 from lingpipe.gpipe.engine import executor
@@ -25,12 +27,35 @@ def _SeedGraph():
   return seed.graph if isinstance(seed, tf.Tensor) and tf.is_symbolic_tensor(seed) else None
 
 
+def RunCell(cell_layers, k, inputs):
+  """Cell k's layers (`cell_layers[k]`) on `inputs`, one after another, where the caller placed them."""
+  x = inputs
+  for i, layer in enumerate(cell_layers[k]):
+    try:
+      x = layer.FProp(x)
+    except AttributeError as e:
+      if i == 0 and k > 0 and 'NestedMap has no field' in str(e):
+        raise errors.ConfigError('Cell %d (%s) cannot use the output of cell %d (%s): %s' % (
+            k, cell_layers[k][0].path, k - 1, cell_layers[k - 1][-1].path, e)) from e
+      raise
+  return x
+
+
+def CopyOf(replica):
+  """variable -> what `replica` reads for it: its mirrored copy (distributed/mirrors.py), else None (the variable
+  itself, on replica 0's devices)."""
+  mirrored = mirrors.Current()
+  if mirrored is None or replica == 0:
+    return None
+  return lambda v: mirrored.Of(v, replica)
+
+
 class CellFunctions:
-  """The functions of `layer`'s cells (a PipeliningLayer): `mesh[r][k]` is cell k's device in
+  """The functions of a PipeliningLayer's cells: `cell_layers[k]` are cell k's layers, `mesh[r][k]` its device in
   replica r, `cell_params[k]` its cell_params.CellParams and `sums[r][k]` its gradient_sums.GradientSums."""
 
-  def __init__(self, layer, mesh, cell_params, batch_dim, sums):
-    self._layer, self._mesh, self._cell_params, self._batch_dim = layer, mesh, cell_params, batch_dim
+  def __init__(self, cell_layers, mesh, cell_params, batch_dim, sums):
+    self._cell_layers, self._mesh, self._cell_params, self._batch_dim = cell_layers, mesh, cell_params, batch_dim
     self._sums = sums
     self._num_cells = len(mesh[0])
     self.cache = {}  # {what a trace bakes in: its tf.function}
@@ -41,15 +66,14 @@ class CellFunctions:
     micro-batches are pad rows, which batch statistics leave out: context.RealRows), else None."""
     with tf.device(self._mesh[r][k]), context.Training(training), context.MicroBatch(micro_batch_index), \
         context.CollectBatchNormStats(collector), self._RealRows(padding, micro_batch_index), \
-        base_layer.VariablesAs(self._layer.CellLayers(k), self._cell_params[k].Values(params,
-                                                                                      self._layer.CopyOf(r))):
-      return self._layer.RunCell(k, inputs)
+        base_layer.VariablesAs(self._cell_layers[k], self._cell_params[k].Values(params, CopyOf(r))):
+      return RunCell(self._cell_layers, k, inputs)
 
   def RunAlone(self, r, inputs):
     """The one cell of replica r on `inputs`, on its device, reading its variables as they are: a pipeline of one
     cell and one micro-batch is the plain model."""
     with tf.device(self._mesh[r][0]):
-      return self._layer.RunCell(0, inputs)
+      return RunCell(self._cell_layers, 0, inputs)
 
   def _RealRows(self, padding, micro_batch_index):
     if padding is None:

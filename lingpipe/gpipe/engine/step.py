@@ -82,15 +82,14 @@ def Forward(pipe, inputs, training, wanted=None):
     inputs, params = executor.CutFromCallerTapes(inputs, params, pipe.devices)
   # Evaluation may pad: a last, smaller eval batch must not fail, and no gradient sees the padded
   # rows.
-  micro, pad_rows = microbatch.Split(inputs, num_micro, p.batch_dim, p.pad or not training)
+  with tf.device(pipe.devices[0]):
+    micro, stacked, pad_rows = microbatch.Cut(inputs, num_micro, p.batch_dim, p.pad or not training)
   padding = _Padding(micro, num_micro, pad_rows, p.batch_dim) if training else None
   recorder = timeline.Current()
   cells = pipe.functions.ExecutorCells(pipe.replica, params, training, padding, recorder is not None, wanted)
   facts = step_facts.Derive(plan, cells.saving, _LoopPhases(pipe))  # What the whole step reads of the plan.
-  with tf.device(pipe.devices[0]):
-    stacked = (microbatch.Stacked(inputs, num_micro, p.batch_dim, pad_rows)
-               if facts.loops[plan_lib.FORWARD] else None)
-  result = executor.Forward(facts, cells, micro, stacked, recorder=recorder, name=pipe.name)
+  result = executor.Forward(facts, cells, micro, stacked if facts.loops[plan_lib.FORWARD] else None,
+                            recorder=recorder, name=pipe.name)
   if training:
     _ApplyBatchNormMoments(pipe, result.moments)
   with tf.device(pipe.devices[-1]):
@@ -192,10 +191,9 @@ def TrainFProp(pipe, inputs):
           phase_loop.Opaque(tf.zeros_like(o)) if g is None else g for g, o in zip(dys, flat_outputs)])
       cells, recorder = _Cells(pipe, forward.params, forward.padding, forward.wanted)
       with tf.device(pipe.devices[-1]):
-        dy_micro, _ = microbatch.Split(dy, num_micro, p.batch_dim, p.pad)
-        looped = forward.facts.loops[plan_lib.BACKWARD]
-        dy_stacked = microbatch.Stacked(dy, num_micro, p.batch_dim, forward.pad_rows) if looped else None
-      first, summed = executor.Backward(forward.facts, cells, dy_micro, dy_stacked, forward.kept,
+        dy_micro, dy_stacked, _ = microbatch.Cut(dy, num_micro, p.batch_dim, p.pad)
+      looped = forward.facts.loops[plan_lib.BACKWARD]
+      first, summed = executor.Backward(forward.facts, cells, dy_micro, dy_stacked if looped else None, forward.kept,
                                         recorder=recorder, name=pipe.name)
       by_ref = _GradientsByVariable(pipe, summed)
       return (MergeInputGrads(pipe, first, forward.pad_rows),

@@ -13,7 +13,7 @@ What is measured (`Measure`, each time the trainer chooses, on its own devices):
   handoff          seconds, and seconds a byte, a cell's result costs to hand to the next cell's device
                    (worker processes copy it through gRPC; logical devices of one process about nothing),
                    added to the action that sends it
-The last three are measured with real pipelines and copies (gpipe/call_costs.py).
+The last three are measured with real pipelines and copies (gpipe/choice/call_costs.py).
 """
 
 import threading

@@ -13,12 +13,12 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
-from lingpipe.gpipe import call_costs
+from lingpipe.gpipe.choice import call_costs
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe.planner import layer_times
 from lingpipe.gpipe.planner import memory_plan
 from lingpipe.gpipe.planner import step_time
-from lingpipe.gpipe.planner import step_trials
+from lingpipe.gpipe.choice import step_trials
 
 MARGIN = memory_plan.MARGIN  # Of the budget, kept free (the same for every chooser).
 # Seconds of layer timing after the three anchor sizes during which the other micro-batch sizes are
@@ -245,7 +245,12 @@ def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, inp
   fitting = _Fitting(sorted(options, key=_Key, reverse=True), choice.budget, margin)
   plain = [o for o in fitting if _IsPlain(o)]
   plain.sort(key=lambda o: o.candidate.schedule != 'gpipe')
-  others = _Distinct([o for o in fitting if not _IsPlain(o)], step_trials.MAX_CANDIDATES)
+  # One cell and one micro-batch is the plain model's work, or more where it re-computes: stepped beside it, such
+  # an option could only win by the noise of the machine (as it did on worker processes).
+  one_call = lambda o: o.candidate.num_splits == 1 and o.candidate.num_micro_batches == 1
+  others = _Distinct([o for o in fitting if not (plain and one_call(o))], step_trials.MAX_CANDIDATES)
+  if plain and one_call(choice.chosen):
+    choice = choice._replace(chosen=plain[0])
   candidates = [(step_trials.PLAIN_LABEL, plain[0], Fields(plain[0]))] if plain else []
   candidates += [(Describe(o), o, Fields(o)) for o in others]
   batch = memory_plan.BatchSize(input_shapes, batch_dim)

@@ -12,7 +12,7 @@ from typing import List, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
-from lingpipe.gpipe import call_costs
+from lingpipe.gpipe.choice import call_costs
 from lingpipe.gpipe.planner import layer_times
 
 # Stepping stops starting new candidates after this many seconds (the plain model and the best predicted one are

@@ -2,7 +2,7 @@
 pipeline: the planner's step_time.Terms split_backward (with the model's own heaviest layer, since
 how much splitting a backward costs depends on the layer) and per_action (with a dense stack: a call
 costs the same whatever it runs). planner/step_time.py says how a step prediction uses them. Stepper is a real
-pipeline's training step, which the planner also steps its best candidates with (planner/step_trials.py)."""
+pipeline's training step, which the choice also steps its best candidates with (step_trials.py)."""
 
 import contextlib
 
