@@ -18,8 +18,9 @@ far the predicted step times were from the measured ones.
 With --workers=N the devices are N lingpipe-worker processes instead, each pinned to its own core with one thread
 (as one device a host), which this process connects to as the trainer does: the layers, the hand-off between the
 workers and the calls are timed on them, and the budget is a worker's: the fullest worker's process peak (this
-machine's model of a worker process where it was calibrated, else the cells' allocator peaks), against the peak
-each worker's process reached in the configuration's steps (its peak reset before them). The choice is the
+machine's model of a worker process where it was calibrated, else the cells' allocator peaks), against the
+charge each worker's cgroup reached in the configuration's steps above its charge before them (_Workers). The
+choice is the
 trainer's (auto_config.ChooseFor: predicted, then the best few and the plain model stepped); each configuration's
 time is the median over --repeats runs, each run the median of --steps steps, the runs taken in turn over the grid
 so that a slow minute of the machine weighs on every configuration alike.
@@ -48,10 +49,12 @@ from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top,wro
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe.choice import call_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe.choice import auto_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe.planner import step_time  # pylint: disable=g-import-not-at-top,wrong-import-position
 import benchmark_page  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+WORKER_MEMORY = 6 * 2**30  # Each worker's cgroup limit: room for any configuration of the grid, and both fit.
 _SIZES = {'dense': dict(layers=8, width=1024, batch=1024),
           'transformer': dict(layers=8, batch=64, seq_len=32, model_dim=128, hidden_dim=512, heads=4)}
 
@@ -102,10 +105,11 @@ class _LocalDevices:
 
 
 class _Workers:
-  """N lingpipe-worker processes, each pinned to its own core with one thread, connected to as the trainer does.
-  A budget is a worker's: the fullest worker's process peak (this machine's model of a worker process, where it
-  was calibrated), against the peak each worker's process reached in the configuration's steps plus Adam's two
-  slots of its weights (the steps apply no update)."""
+  """N lingpipe-worker processes, each pinned to its own core with one thread and in its own memory cgroup,
+  connected to as the trainer does. A budget is a worker's: the fullest worker's process peak (this machine's model
+  of a worker process, calibrated by the same charge: runners/process_memory.py), against the largest charge
+  (memory_cgroup.Charge) each worker reached in the configuration's steps, plus Adam's two slots of its weights
+  (the steps apply no update)."""
 
   def __init__(self, count):
     from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
@@ -116,12 +120,13 @@ class _Workers:
       raise SystemExit('--workers=%d pins each worker to its own core; this process may use %d.' % (count, len(cores)))
     self.count = count
     self.calibration = process_memory.LoadOrCalibrate(sys.stdout, ('workers',))
-    self.workers = local_cluster.LocalCluster(count, pin_cores=[{c} for c in cores[:count]], threads=1)
+    self.workers = local_cluster.LocalCluster(count, pin_cores=[{c} for c in cores[:count]], threads=1,
+                                              memory_limit=str(WORKER_MEMORY))  # A cgroup each, to measure by
     self.workers.__enter__()
     self.mesh = remote.Connect(remote.ParseClusterSpec(self.workers.spec_text), cluster.Params(), count)
     self.devices = [self.mesh.Device(k, num_splits=count) for k in range(count)]
     self.pids = [p.pid for p in self.workers.processes]
-    self.fresh = [_Status(pid, 'VmRSS') for pid in self.pids]  # each worker's resident bytes, connected to
+    self.fresh = [memory_cgroup.Charge(pid) for pid in self.pids]  # each worker's charge, connected to
     self.what = '%d lingpipe-workers pinned to cores %s, one thread each; peaks: %s' % (
         count, ','.join(map(str, cores[:count])),
         'the worker process model measured %s' % self.calibration.measured if self.calibration else
@@ -138,34 +143,26 @@ class _Workers:
   def Time(self, workload, fields, steps):
     """(median step seconds, the fullest worker's process peak plus Adam's slots of its weights) of one
     configuration. A worker keeps what earlier configurations left (traced functions, freed memory malloc keeps),
-    so its peak is its level once connected to plus how far above its level before this configuration was built it
-    went."""
-    before = []
-    for pid in self.pids:  # Each worker's VmHWM starts again from what it holds now (Linux 4.0+).
-      with open('/proc/%d/clear_refs' % pid, 'w') as f:
-        f.write('5')
-      before.append(_Status(pid, 'VmHWM'))
-    with cluster.Use(self.mesh):
-      pipe = call_costs.TrialPipe(workload.layers, fields, self.devices)
-    step = call_costs.StepOf(pipe, workload.inputs, self.devices)
-    seconds = _Median(step, steps)
+    so its peak is its charge once connected to plus how far above its charge before this configuration was built
+    it went."""
+    from lingpipe.runners import memory_trials  # pylint: disable=g-import-not-at-top
+    before = [memory_cgroup.Charge(pid) for pid in self.pids]
+    with memory_trials.Sampler({task: pid for task, pid in enumerate(self.pids)}) as sampler:
+      with cluster.Use(self.mesh):
+        pipe = call_costs.TrialPipe(workload.layers, fields, self.devices)
+      step = call_costs.StepOf(pipe, workload.inputs, self.devices)
+      seconds = _Median(step, steps)
     weights = {}
     for v in pipe.trainable_variables:
       task = int(v.device.split('/task:')[1].split('/')[0]) if '/task:' in v.device else 0
       weights[task] = weights.get(task, 0) + v.shape.num_elements() * v.dtype.size
-    peaks = [self.fresh[task] + _Status(pid, 'VmHWM') - before[task] + 2 * weights.get(task, 0)
-             for task, pid in enumerate(self.pids)]
+    peaks = [self.fresh[task] + max(sampler.peaks.get(task, 0), before[task]) - before[task] +
+             2 * weights.get(task, 0) for task in range(len(self.pids))]
     del step, pipe
     return seconds, max(peaks)
 
   def Close(self):
     self.workers.__exit__(None, None, None)
-
-
-def _Status(pid, field):
-  """Bytes of `field` (VmRSS; VmHWM: the peak since it was last reset) in process `pid`'s /proc status."""
-  with open('/proc/%d/status' % pid) as f:
-    return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ':'))
 
 
 def _Median(step, steps):

@@ -34,7 +34,7 @@ def _Children(pid):
     return []
 
 
-class _Sampler:
+class Sampler:
   """Samples the charge (memory_cgroup.Charge) of named processes every 50 ms; `peaks` keeps each one's largest."""
 
   def __init__(self, pids):
@@ -105,7 +105,7 @@ def _Train(command, pids, start, done=None):
   deadline = time.time() + 30
   while not _Children(trainer.pid) and trainer.poll() is None and time.time() < deadline:
     time.sleep(0.02)  # Its guard (the process started) forks the trainer itself, in its budget.
-  with _Sampler(dict(pids, trainer=(_Children(trainer.pid) or [trainer.pid])[0])) as sampler:
+  with Sampler(dict(pids, trainer=(_Children(trainer.pid) or [trainer.pid])[0])) as sampler:
     out, _ = trainer.communicate()
   lines = out.strip().splitlines() or ['']
   ok = trainer.returncode == 0 and any(line.startswith(done or 'Saved checkpoint') for line in lines)
