@@ -73,6 +73,7 @@ def _Args(argv):
   parser.add_argument('--json', default=None, help='Also write every configuration timed here: its fields, '
                       'predicted and measured step seconds and peak bytes.')
   parser.add_argument('--write_docs', action='store_true', help='Write the table into docs/benchmarks.md.')
+  parser.add_argument('--round', default=None, help=argparse.SUPPRESS)  # A child's: 'configs.json,results.json'.
   return parser.parse_args(argv)
 
 
@@ -100,6 +101,10 @@ class _LocalDevices:
     peak = memory_stats.PeakBytes(step, 'CPU:0', 'autoconfig_benchmark')
     return seconds, weights * 3 + peak  # weights, and Adam's two slots of their size
 
+  def TimeAll(self, workload, unused_flags_key, fields_list, steps):
+    """[(seconds, peak)] of each configuration of `fields_list`, timed once each in turn."""
+    return [self.Time(workload, fields, steps) for fields in fields_list]
+
   def Close(self):
     pass
 
@@ -111,7 +116,7 @@ class _Workers:
   (memory_cgroup.Charge) each worker reached in the configuration's steps, plus Adam's two slots of its weights
   (the steps apply no update)."""
 
-  def __init__(self, count):
+  def __init__(self, count, calibrate=True):
     from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
     from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
     from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
@@ -119,7 +124,7 @@ class _Workers:
     if len(cores) < count:
       raise SystemExit('--workers=%d pins each worker to its own core; this process may use %d.' % (count, len(cores)))
     self.count = count
-    self.calibration = process_memory.LoadOrCalibrate(sys.stdout, ('workers',))
+    self.calibration = process_memory.LoadOrCalibrate(sys.stdout, ('workers',)) if calibrate else None
     self.workers = local_cluster.LocalCluster(count, pin_cores=[{c} for c in cores[:count]], threads=1,
                                               memory_limit=str(WORKER_MEMORY))  # A cgroup each, to measure by
     self.workers.__enter__()
@@ -161,6 +166,22 @@ class _Workers:
     del step, pipe
     return seconds, max(peaks)
 
+  def TimeAll(self, unused_workload, flags_key, fields_list, steps):
+    """[(seconds, peak)] of each configuration of `fields_list`, timed once each in turn by a child process with
+    workers of its own: a worker keeps every function traced on it (about 20 MiB a configuration of the dense
+    stack), which over three runs of the grid outgrew a 6 GiB worker, and a client cannot connect to new workers."""
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import tempfile  # pylint: disable=g-import-not-at-top
+    with tempfile.TemporaryDirectory(prefix='autoconfig-round-') as folder:
+      configs, results = os.path.join(folder, 'configs.json'), os.path.join(folder, 'results.json')
+      with open(configs, 'w') as f:
+        json.dump(fields_list, f)
+      subprocess.run([sys.executable, os.path.abspath(__file__), '--workers=%d' % self.count,
+                      '--workloads=' + flags_key[0], '--dtypes=' + flags_key[1], '--steps=%d' % steps,
+                      '--round=%s,%s' % (configs, results)], check=True, stdout=subprocess.DEVNULL)
+      with open(results) as f:
+        return [tuple(r) for r in json.load(f)]
+
   def Close(self):
     self.workers.__exit__(None, None, None)
 
@@ -177,7 +198,10 @@ def _Median(step, steps):
   return statistics.median(Once() for _ in range(steps))
 
 
-def _Row(name, workload, dtype, args, place, out, timed=None, notes=None):
+def _Row(name, workload, flags_key, args, place, out, timed=None, notes=None):
+  """Times the grid of `workload` (`flags_key`: its workload name and dtype, as the flags give them) and prints its
+  rows."""
+  dtype = flags_key[1]
   shapes = tf.nest.map_structure(lambda t: t.shape.as_list(), workload.inputs)
   micro = tuple(int(m) for m in args.micro_batches.split(','))
   fprop = tf.as_dtype(dtype)
@@ -193,8 +217,10 @@ def _Row(name, workload, dtype, args, place, out, timed=None, notes=None):
         configs.setdefault(repr(sorted(auto_config.Fields(option).items())), []).append(option)
     runs = {key: [] for key in configs}
     for _ in range(args.repeats):  # In turn: a slow minute weighs on every configuration alike.
-      for key, options in configs.items():
-        runs[key].append(place.Time(workload, auto_config.Fields(options[0]), args.steps))
+      times = place.TimeAll(workload, flags_key, [auto_config.Fields(options[0]) for options in configs.values()],
+                            args.steps)
+      for key, result in zip(configs, times):
+        runs[key].append(result)
     grid = {}
     for key, options in configs.items():
       seconds, peak = statistics.median(r[0] for r in runs[key]), max(r[1] for r in runs[key])
@@ -220,7 +246,8 @@ def _Row(name, workload, dtype, args, place, out, timed=None, notes=None):
       choose_s = predict_s + time.perf_counter() - start
       key = auto_config.Describe(choice.chosen)
       if key not in grid:  # An M outside the grid's: timed apart.
-        apart = [place.Time(workload, auto_config.Fields(choice.chosen), args.steps) for _ in range(args.repeats)]
+        apart = [place.TimeAll(workload, flags_key, [auto_config.Fields(choice.chosen)], args.steps)[0]
+                 for _ in range(args.repeats)]
         grid[key] = (choice.chosen, statistics.median(r[0] for r in apart), max(r[1] for r in apart))
       fitting = [v for v in grid.values() if budget is None or v[0].peak <= budget * (1 - auto_config.MARGIN)]
       best_key, best = min(((auto_config.Describe(v[0]), v) for v in fitting), key=lambda kv: kv[1][1])
@@ -234,8 +261,26 @@ def _Row(name, workload, dtype, args, place, out, timed=None, notes=None):
   return rows
 
 
+def _TimeRound(args):
+  """A child's round (_Workers.TimeAll): times the configurations of the JSON file on workers of its own."""
+  configs, results = args.round.split(',')
+  with open(configs) as f:
+    fields_list = json.load(f)
+  place = _Workers(args.workers, calibrate=False)
+  workload = workloads.Make(args.workloads, dtype=args.dtypes, **_SIZES[args.workloads])
+  try:
+    times = [place.Time(workload, fields, args.steps) for fields in fields_list]
+  finally:
+    place.Close()
+  with open(results, 'w') as f:
+    json.dump(times, f)
+  return 0
+
+
 def main(argv=None):
   args = _Args(argv)
+  if args.round:
+    return _TimeRound(args)
   place = _Workers(args.workers) if args.workers else _LocalDevices(args.devices)
   timed, notes = [], []
   try:
@@ -250,7 +295,7 @@ def main(argv=None):
         for dtype in args.dtypes.split(','):
           workload = workloads.Make(name, dtype=dtype, **_SIZES[name])
           base_name = workload.name[:-len(', ' + dtype)] if workload.name.endswith(', ' + dtype) else workload.name
-          _Row(base_name, workload, dtype, args, place, sys.stdout, timed, notes)
+          _Row(base_name, workload, (name, dtype), args, place, sys.stdout, timed, notes)
       print()
       for line in notes:
         print('- ' + line)

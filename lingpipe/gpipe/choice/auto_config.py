@@ -195,9 +195,13 @@ def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, f
     heaviest = layer_times.Heaviest(layer_params, input_shapes, times_at_size, dtype, batch_dim)
     unit = layer_times.RunsOnDevice(heaviest, dtype, batch_dim, built)
     splits = (fixed or {}).get('schedule', 'zero_bubble') == 'zero_bubble'
-    call_terms = lambda: (call_costs.SplitBackward(heaviest, size, times_at_size, batch_dim) if splits else 0.0,
-                          call_costs.PerAction())
-    terms = step_time.Measure(unit, devices, call_terms, lambda: call_costs.Handoff(devices))
+
+    def CallTerms():
+      with tf.device(devices[0]):  # Where the layers were timed: on a cluster, the first worker, not this process.
+        return (call_costs.SplitBackward(heaviest, size, times_at_size, batch_dim) if splits else 0.0,
+                call_costs.PerAction())
+
+    terms = step_time.Measure(unit, devices, CallTerms, lambda: call_costs.Handoff(devices))
     plain = sum(Times(batch).forward) + sum(Times(batch).backward) + 2 * terms.per_action
   options = Options(layer_params, input_shapes, batch, num_devices, fixed or {}, peak_of, times, slots=slots,
                     dtype_size=dtype_size, fprop_dtype=fprop_dtype, terms=terms)
