@@ -73,6 +73,8 @@ def _Args(argv):
   parser.add_argument('--json', default=None, help='Also write every configuration timed here: its fields, '
                       'predicted and measured step seconds and peak bytes.')
   parser.add_argument('--write_docs', action='store_true', help='Write the table into docs/benchmarks.md.')
+  parser.add_argument('--timed_grid', default=None, help="A --json file of an earlier run on the same devices: its "
+                      'timed configurations are taken from it, not timed again (to check a change of the choice).')
   parser.add_argument('--round', default=None, help=argparse.SUPPRESS)  # A child's: 'configs.json,results.json'.
   return parser.parse_args(argv)
 
@@ -215,17 +217,18 @@ def _Row(name, workload, flags_key, args, place, out, timed=None, notes=None):
     for option in predicted.options:
       if option.candidate.num_micro_batches in micro:
         configs.setdefault(repr(sorted(auto_config.Fields(option).items())), []).append(option)
+    earlier, grid_s = _Earlier(args.timed_grid, name, dtype)
     runs = {key: [] for key in configs}
     for _ in range(args.repeats):  # In turn: a slow minute weighs on every configuration alike.
-      times = place.TimeAll(workload, flags_key, [auto_config.Fields(options[0]) for options in configs.values()],
-                            args.steps)
-      for key, result in zip(configs, times):
+      todo = [key for key in configs if key not in earlier]
+      times = place.TimeAll(workload, flags_key, [auto_config.Fields(configs[key][0]) for key in todo], args.steps)
+      for key, result in zip(todo, times):
         runs[key].append(result)
     grid = {}
     for key, options in configs.items():
-      seconds, peak = statistics.median(r[0] for r in runs[key]), max(r[1] for r in runs[key])
+      seconds, peak = earlier.get(key) or (statistics.median(r[0] for r in runs[key]), max(r[1] for r in runs[key]))
       grid.update({auto_config.Describe(o): (o, seconds, peak) for o in options})
-    grid_s = time.perf_counter() - start
+    grid_s = None if earlier and grid_s is None else (grid_s or 0.0) + time.perf_counter() - start  # None: unknown
     errors = sorted(abs(v[0].step_seconds / v[1] - 1) for v in grid.values())
     if notes is not None:
       notes.append('%s, %s: measured here: %s; predicted step times off by %.0f%% (median), %.0f%% (90th '
@@ -233,7 +236,7 @@ def _Row(name, workload, flags_key, args, place, out, timed=None, notes=None):
                                                        100 * errors[len(errors) // 2],
                                                        100 * errors[int(0.9 * (len(errors) - 1))], len(errors)))
     if timed is not None:
-      timed.extend(dict(workload=name, dtype=dtype, config=key, fields=auto_config.Fields(v[0]),
+      timed.extend(dict(workload=name, dtype=dtype, config=key, fields=auto_config.Fields(v[0]), grid_s=grid_s,
                         predicted_s=v[0].step_seconds, measured_s=v[1], predicted_peak=v[0].peak,
                         measured_peak=v[2]) for key, v in grid.items())
     peaks = sorted(v[0].peak for v in grid.values())
@@ -254,11 +257,24 @@ def _Row(name, workload, flags_key, args, place, out, timed=None, notes=None):
       chosen_s, chosen_peak = grid[key][1], grid[key][2]
       over = budget is not None and chosen_peak > budget
       rows.append((budget_name, key, chosen_s, best_key, best[1], choose_s, over))
-      print('| %s | %s | %s | %s | %s %.3f s | %s %.3f s | %.2f | %.1f s / %.0f s (%.1f%%) | %s |' % (
+      share = '%.1f s / %.0f s (%.1f%%)' % (choose_s, grid_s, 100 * choose_s / grid_s) if grid_s else (
+          '%.1f s / (the grid\'s time not recorded)' % choose_s)
+      print('| %s | %s | %s | %s | %s %.3f s | %s %.3f s | %.2f | %s | %s |' % (
           name, dtype, budget_name if budget is None else '%s (%.0f MiB)' % (budget_name, budget / 2**20),
-          len(fitting), key, chosen_s, best_key, best[1], chosen_s / best[1], choose_s, grid_s,
-          100 * choose_s / grid_s, 'yes (%.0f MiB)' % (chosen_peak / 2**20) if over else 'no'), file=out, flush=True)
+          len(fitting), key, chosen_s, best_key, best[1], chosen_s / best[1], share,
+          'yes (%.0f MiB)' % (chosen_peak / 2**20) if over else 'no'), file=out, flush=True)
   return rows
+
+
+def _Earlier(path, name, dtype):
+  """({configuration's key: (seconds, peak)}, the grid's seconds) of workload `name` in `dtype` in a --json file of
+  an earlier run (`path`; None: nothing)."""
+  if not path:
+    return {}, None
+  with open(path) as f:
+    entries = [e for e in json.load(f) if e['workload'] == name and e['dtype'] == dtype]
+  return ({repr(sorted(e['fields'].items())): (e['measured_s'], e['measured_peak']) for e in entries},
+          max((e.get('grid_s') or 0.0 for e in entries), default=None))
 
 
 def _TimeRound(args):

@@ -47,12 +47,13 @@ def test_the_advice_at_a_memory_death_never_names_what_just_died(calibrated):  #
 
 
 def test_the_advice_plan_pipeline_and_pipeline_auto_pick_alike(calibrated):  # pylint: disable=unused-argument
-  """One rule (memory_plan.Recommend): the same margin, M among the batch's divisors, the fastest predicted that
+  """One rule (ranking.Recommend): the same margin, M among the batch's divisors, the fastest predicted that
   fits, then the least memory; here with speeds from flops (--pipeline=auto then steps the best, step_trials.py).
   The advice leaves out the configuration that ran (K=1 here, so not a candidate of K=2's)."""
   from lingpipe.core import base_layer  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.choice import auto_config  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import ranking  # pylint: disable=g-import-not-at-top
   budget = 1536 * _MIB
   p = _Params("task.network.num_splits=1;task.network.num_micro_batches=1;task.network.remat='never'")
   advice = _Override(process_memory.Advice(p, budget, 2, False))
@@ -64,11 +65,11 @@ def test_the_advice_plan_pipeline_and_pipeline_auto_pick_alike(calibrated):  # p
   slots = memory_plan.OptimizerSlots(p.task.train.optimizer)
   candidates = [c for c in memory_plan.Candidates(layers, shapes, 2, memory_plan.BatchSize(shapes, 0), slots=slots,
                                                   balance='uniform') if c.num_splits == 2]
-  recommended = memory_plan.Recommend(candidates, budget, peak_of)
+  recommended = ranking.Recommend(candidates, budget, peak_of)
   chosen = auto_config.ChooseFor(layers, shapes, 2, {'balance': 'uniform', 'num_splits': 2}, budget, peak_of,
                                  slots=slots, measure=False).chosen
   assert recommended.Override() == chosen.candidate.Override() == advice, (recommended.Override(), advice)
-  assert memory_plan.Fits(peak_of(recommended), budget) and not memory_plan.Fits(budget, budget)
+  assert ranking.Fits(peak_of(recommended), budget) and not ranking.Fits(budget, budget)
 
 
 def test_the_process_model_is_measured_in_parts_kept_side_by_side(tmp_path, monkeypatch):

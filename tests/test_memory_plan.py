@@ -13,6 +13,7 @@ from lingpipe.core import optimizer
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe.planner import memory_plan
+from lingpipe.gpipe.planner import ranking
 from lingpipe.gpipe.planner import saved_activations
 from lingpipe.layers import embedding
 from lingpipe.layers import linear
@@ -72,14 +73,28 @@ def test_predictions_follow_the_policies_and_the_split():
 
 def test_recommend_picks_the_fastest_that_fits():
   candidates = memory_plan.Candidates(_Mlp(8, 64), [256, 64], 2, 256, micro_batches=(1, 4, 8))
-  best = memory_plan.Recommend(candidates, 10 * 2**20)
+  best = ranking.Recommend(candidates, 10 * 2**20)
   assert best.num_splits == 2 and best.remat == 'never' and best.num_micro_batches == 8
-  tight = min(c.peak for c in candidates) / (1 - memory_plan.MARGIN)  # Every chooser keeps 10% free.
-  assert memory_plan.Recommend(candidates, tight).peak == min(c.peak for c in candidates)
-  assert memory_plan.Recommend(candidates, tight - 1) is None
+  tight = min(c.peak for c in candidates) / (1 - ranking.MARGIN)  # Every chooser keeps 10% free.
+  assert ranking.Recommend(candidates, tight).peak == min(c.peak for c in candidates)
+  assert ranking.Recommend(candidates, tight - 1) is None
   assert memory_plan.ParseBytes('16GiB') == 16 * 2**30 and memory_plan.ParseBytes('1.5MB') == 1500000
   with pytest.raises(errors.ConfigError, match="Cannot read '16 gigs'"):
     memory_plan.ParseBytes('16 gigs')
+
+
+def test_re_materialization_is_taken_only_where_its_twin_does_not_fit():
+  """At K=1, M=1 a backward follows its forward: remat 'always' is predicted as fast as 'never', with a smaller
+  peak, and ranked first it ran slower. It is taken only for memory."""
+  cell = lambda peak: memory_plan.CellMemory(cell=0, weights=peak, gradients=0, slots=0, stash=0, working=0)
+  twins = [memory_plan.Candidate('gpipe', remat, 1, 1, (4,), (cell(peak),), 0.0, 1.0)
+           for remat, peak in (('always', 10), ('except_last', 12), ('never', 20))]
+  assert ranking.Recommend(twins, 100).remat == 'never'
+  assert ranking.Recommend(twins, 20).remat == 'except_last'  # 'never' does not fit 90% of 20
+  assert ranking.Recommend(twins, 12).remat == 'always'
+  assert [c.remat for c in ranking.Fitting(twins, lambda c: True)] == ['never']
+  other = twins[0]._replace(num_micro_batches=2)  # Another M is no twin.
+  assert [c.remat for c in ranking.Fitting(twins + [other], lambda c: True)] == ['never', 'always']
 
 
 @pytest.mark.parametrize('remat', ['always', 'except_last', 'never'])
@@ -200,7 +215,7 @@ def test_the_tool_plans_whole_processes_and_says_nothing_fits_without_a_budget(c
   out = capsys.readouterr().out
   assert 'process = the fullest lingpipe-worker, one per device' in out and 'process MiB  fits' in out
   worker = lambda c: max(300 * 2**20 + 1.1 * cell.peak for cell in c.cells)
-  limit = 350 * 2**20 * (1 - memory_plan.MARGIN)  # Every chooser keeps 10% of the budget free.
+  limit = 350 * 2**20 * (1 - ranking.MARGIN)  # Every chooser keeps 10% of the budget free.
   assert best is not None and worker(best) <= limit
   assert all((worker(c) <= limit) == line.endswith('yes') for c, line in zip(
       sorted(candidates, key=lambda c: (c.num_splits, c.num_micro_batches, c.remat)),

@@ -48,6 +48,7 @@ def _Args(argv):
 def Plan(args, out=None):
   """Prints the table and the recommendation; returns (candidates, recommended or None)."""
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import ranking  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import planning_view  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
 
@@ -64,7 +65,7 @@ def Plan(args, out=None):
   candidates = view.Candidates(args.devices, micro_batches=micro, times=times,
                                balance=pipe.balance if not pipe.cell_tpl else 'uniform')
   peak_of, where = _ProcessPeak(args, out)
-  fits = (lambda c: memory_plan.Fits(peak_of(c), device_memory)) if device_memory else (lambda c: True)
+  fits = (lambda c: ranking.Fits(peak_of(c), device_memory)) if device_memory else (lambda c: True)
   shown = candidates if args.all or not device_memory else [c for c in candidates if fits(c)]
   if not shown:  # Nothing fits: the smallest, so that the table says by how much.
     shown = sorted(candidates, key=peak_of)[:_SMALLEST_SHOWN]
@@ -81,7 +82,7 @@ def Plan(args, out=None):
     print('(No --device_memory: give the memory of a device or process to see what fits and the recommendation.)',
           file=out)
     return candidates, None
-  best = memory_plan.Recommend(candidates, device_memory, peak_of)
+  best = ranking.Recommend(candidates, device_memory, peak_of)
   column = 'process MiB' if where else 'peak MiB'
   if best is None:
     smallest = min(candidates, key=peak_of)

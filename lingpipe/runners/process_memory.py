@@ -169,6 +169,7 @@ def Advice(p, budget, num_devices, remote):
   a process runs out of memory, so never the configuration that runs (p's), and where the planner said that one
   fits, with every prediction raised by as much as it was short at least (budget / its predicted peak)."""
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.planner import ranking  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import planning_view  # pylint: disable=g-import-not-at-top
   calibration = Load(('workers',) if remote else ('trainer',))
   if calibration is None or not budget:
@@ -187,7 +188,7 @@ def Advice(p, budget, num_devices, remote):
     peak_of = lambda c: scale * max(memory_plan.ProcessPeaks(c, model, one_process=not workers))
     ran = [c for c in candidates if c.Override() == running and c.num_splits == devices]
     others = [c for c in candidates if c.Override() != running]
-    return memory_plan.Recommend(others, budget, peak_of), peak_of, peak_of(ran[0]) if ran else None
+    return ranking.Recommend(others, budget, peak_of), peak_of, peak_of(ran[0]) if ran else None
 
   _, _, predicted = Best(num_devices, remote)
   # It ran out of memory where it was predicted to fit: the planner was short by budget / predicted at least.

@@ -17,10 +17,11 @@ from lingpipe.gpipe.choice import call_costs
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe.planner import layer_times
 from lingpipe.gpipe.planner import memory_plan
+from lingpipe.gpipe.planner import ranking
 from lingpipe.gpipe.planner import step_time
 from lingpipe.gpipe.choice import step_trials
 
-MARGIN = memory_plan.MARGIN  # Of the budget, kept free (the same for every chooser).
+MARGIN = ranking.MARGIN  # Of the budget, kept free (the same for every chooser).
 # Seconds of layer timing after the three anchor sizes during which the other micro-batch sizes are
 # timed too rather than interpolated: a dense stack's bfloat16 kernels here are not linear in rows,
 # and every size of it takes a few seconds; AmoebaNet-D's anchors alone take most of its minute.
@@ -51,7 +52,7 @@ MicroBatchChoices = memory_plan.MicroBatchChoices
 
 
 def _Key(option):
-  return memory_plan.RankKey(option.candidate.speedup, option.peak)
+  return ranking.RankKey(option.candidate.speedup, option.peak)
 
 
 def Options(layer_params, input_shapes, batch_size, num_devices, fixed, peak_of=None, times=None, slots=0,
@@ -94,7 +95,7 @@ def Choose(options, num_devices, budget=None, margin=MARGIN, plain_seconds=None,
   if not options:
     raise errors.ConfigError('No pipeline configuration to choose from: the fixed fields allow none (K at most %d '
                              'devices, M a divisor of the batch).' % num_devices)
-  ranked = sorted(options, key=_Key, reverse=True)  # The rule of memory_plan.Recommend, on options.
+  ranked = sorted(options, key=_Key, reverse=True)  # The rule of ranking.Recommend, on options.
   fitting = _Fitting(ranked, budget, margin)
   if not fitting:
     smallest = min(options, key=lambda o: o.peak)
@@ -109,12 +110,13 @@ def Choose(options, num_devices, budget=None, margin=MARGIN, plain_seconds=None,
 
 def _Fits(option, budget, margin=MARGIN):
   """Whether `option`'s peak fits `budget` less `margin` (any does without a budget)."""
-  return not budget or memory_plan.Fits(option.peak, budget, margin)
+  return not budget or ranking.Fits(option.peak, budget, margin)
 
 
 def _Fitting(ranked, budget, margin=MARGIN):
-  """The options of `ranked` that fit `budget` less `margin` (_Fits), in order."""
-  return [o for o in ranked if _Fits(o, budget, margin)]
+  """The options of `ranked` that fit `budget` less `margin` (_Fits), in order, less those re-computing more than a
+  twin that fits (ranking.Fitting: stepped, such an option won by the machine's noise on pinned workers)."""
+  return ranking.Fitting(ranked, lambda o: _Fits(o, budget, margin), lambda o: o.candidate)
 
 
 class NothingFits(errors.ConfigError):

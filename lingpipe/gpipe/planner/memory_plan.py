@@ -48,6 +48,7 @@ from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe.engine import backward_kinds
 from lingpipe.gpipe.planner import partition
+from lingpipe.gpipe.planner import ranking
 from lingpipe.gpipe.planner import saved_activations
 from lingpipe.gpipe.planner import step_time
 
@@ -323,34 +324,9 @@ def Candidates(layer_params, input_shapes, num_devices, batch_size, micro_batche
   return candidates
 
 
-# Of a budget, kept free by every chooser: the process predictions of dense stacks were within 4% of measured peaks.
-MARGIN = 0.10
-
-
 def MicroBatchChoices(batch_size, largest=32):
   """The values of M every chooser considers: the divisors of the batch up to `largest`."""
   return tuple(m for m in range(1, min(batch_size, largest) + 1) if batch_size % m == 0)
-
-
-def RankKey(speedup, peak):
-  """How every chooser ranks configurations: the fastest predicted, then the least memory."""
-  return (round(speedup, 3), -peak)
-
-
-def Fits(peak, budget, margin=MARGIN):
-  """Whether a predicted `peak` is within `budget` less the margin every chooser keeps."""
-  return peak <= budget * (1 - margin)
-
-
-def Recommend(candidates, budget, peak_of=None, margin=MARGIN):
-  """The one rule of --pipeline=auto's ranking, --mode=inspect, plan_pipeline.py and the advice at a memory death:
-  of the candidates whose peak (`peak_of`, default the fullest device's; a process's with ProcessPeaks) fits
-  `budget` less the margin, the fastest predicted, then the least memory; None if none fits."""
-  peak_of = peak_of or (lambda c: c.peak)
-  fitting = [c for c in candidates if Fits(peak_of(c), budget, margin)]
-  if not fitting:
-    return None
-  return max(fitting, key=lambda c: RankKey(c.speedup, peak_of(c)))
 
 
 def ProcessPeaks(candidate, process, one_process=False):
@@ -387,6 +363,6 @@ def Table(candidates, device_memory=None, peak_of=None) -> List[str]:
     if peak_of:
       line += '  %12.1f' % (peak_of(c) / 2**20)
     if device_memory:
-      line += '  %s' % ('yes' if Fits((peak_of or (lambda x: x.peak))(c), device_memory) else 'no')
+      line += '  %s' % ('yes' if ranking.Fits((peak_of or (lambda x: x.peak))(c), device_memory) else 'no')
     lines.append(line)
   return lines
