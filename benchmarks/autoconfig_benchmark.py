@@ -247,6 +247,12 @@ def _Row(name, workload, flags_key, args, place, out, timed=None, notes=None):
                                   terms=predicted.terms)
       choice = auto_config.Stepped(choice, predicted.options, workload.layers, shapes, fprop, devices=place.devices)
       choose_s = predict_s + time.perf_counter() - start
+      if notes is not None:  # What the trials measured, beside the grid's median of the same configuration.
+        notes.append('%s, %s, budget %s: stepped %s.' % (name, dtype, budget_name, '; '.join(
+            '%s %s (grid %s)' % (t.label, '%.3f s' % t.seconds if t.seconds else t.error,
+                                 '%.3f s' % grid[auto_config.Describe(t.option)][1]
+                                 if t.option is not None and auto_config.Describe(t.option) in grid else '-')
+            for t in choice.trials)))
       key = auto_config.Describe(choice.chosen)
       if key not in grid:  # An M outside the grid's: timed apart.
         apart = [place.TimeAll(workload, flags_key, [auto_config.Fields(choice.chosen)], args.steps)[0]

@@ -1,9 +1,10 @@
-"""Chooses a pipeline's K, M, remat, schedule and balance: the fastest predicted configuration that fits a budget.
+"""Chooses a pipeline's K, M, remat, schedule and balance: the fastest predicted configuration that fits a budget,
+then the fastest stepped of the best few (step_trials.py).
 
 The planner (memory_plan.py) predicts each candidate's peak per device and its step time
 (step_time.py: the plan run with layer times measured at the batch's and the micro-batches' sizes,
 layer_times.py, and this machine's measured costs). Of the candidates whose process peak is within
-the budget less a margin, the fastest is chosen (then the smaller peak). Fields the user set stay
+the budget less a margin, the fastest is chosen (then the smaller peak; planner/ranking.py). Fields the user set stay
 fixed; only those left to choose vary. runners/pipeline_choice.py applies this to a model's Params.
 """
 
@@ -13,13 +14,13 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
-from lingpipe.gpipe.choice import call_costs
 from lingpipe.gpipe import schedule as schedule_lib
+from lingpipe.gpipe.choice import call_costs
+from lingpipe.gpipe.choice import step_trials
 from lingpipe.gpipe.planner import layer_times
 from lingpipe.gpipe.planner import memory_plan
 from lingpipe.gpipe.planner import ranking
 from lingpipe.gpipe.planner import step_time
-from lingpipe.gpipe.choice import step_trials
 
 MARGIN = ranking.MARGIN  # Of the budget, kept free (the same for every chooser).
 # Seconds of layer timing after the three anchor sizes during which the other micro-batch sizes are
