@@ -57,7 +57,7 @@ class PipeliningLayer(base_layer.BaseLayer):
   """See the module docstring."""
 
   # Batch norm's targets by path (Pipe), kept once made: layers of this model, not more of its variables.
-  _TF_MODULE_IGNORED_PROPERTIES = base_layer.BaseLayer._TF_MODULE_IGNORED_PROPERTIES | {'_moving_stats'}
+  _TF_MODULE_IGNORED_PROPERTIES = base_layer.BaseLayer._TF_MODULE_IGNORED_PROPERTIES | {'_moving_stats', '_cell_layers'}
 
   @classmethod
   def Params(cls):
@@ -158,9 +158,9 @@ class PipeliningLayer(base_layer.BaseLayer):
     object.__setattr__(self, '_gradient_sums', None if base_layer.IsAbstract() else gradient_sums.OfMesh(
         self._cell_params, self._mesh, self.path))
     object.__setattr__(self, '_moving_stats', None)  # {path: layer} of batch norm's targets (Pipe), made once.
+    object.__setattr__(self, '_cell_layers', [self.CellLayers(k) for k in range(self._num_cells)])
     object.__setattr__(self, 'functions', cell_functions.CellFunctions(
-        [self.CellLayers(k) for k in range(self._num_cells)], self._mesh, self._cell_params, p.batch_dim,
-        self._gradient_sums))
+        self._cell_layers, self._mesh, self._cell_params, p.batch_dim, self._gradient_sums))
 
   # -- structure
   # -----------------------------------------------------------------------------------------------
@@ -252,9 +252,8 @@ class PipeliningLayer(base_layer.BaseLayer):
 
   def _FProp(self, inputs):
     if context.IsExporting():
-      cell_layers = [self.CellLayers(k) for k in range(self._num_cells)]
       for k in range(self._num_cells):
-        inputs = cell_functions.RunCell(cell_layers, k, inputs)
+        inputs = cell_functions.RunCell(self._cell_layers, k, inputs)
       return inputs
     if context.IsTraining():
       if self.NeedsLoss():
