@@ -48,7 +48,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-posi
 from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.core import memory_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top,wrong-import-position
-from lingpipe.gpipe.choice import call_costs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from lingpipe.gpipe.choice import step_trials  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe.choice import auto_config  # pylint: disable=g-import-not-at-top,wrong-import-position
 from lingpipe.gpipe.planner import step_time  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -96,8 +96,8 @@ class _LocalDevices:
 
   def Time(self, workload, fields, steps):
     """(median step seconds, measured peak bytes) of one configuration."""
-    pipe = call_costs.TrialPipe(workload.layers, fields)
-    step = call_costs.StepOf(pipe, workload.inputs)
+    pipe = step_trials.TrialPipe(workload.layers, fields)
+    step = step_trials.StepOf(pipe, workload.inputs)
     seconds = _Median(step, steps)
     weights = sum(v.shape.num_elements() * v.dtype.size for v in pipe.trainable_variables)
     peak = memory_stats.PeakBytes(step, 'CPU:0', 'autoconfig_benchmark')
@@ -114,19 +114,19 @@ class _LocalDevices:
 class _Workers:
   """N lingpipe-worker processes, each pinned to its own core with one thread and in its own memory cgroup,
   connected to as the trainer does. A budget is a worker's: the fullest worker's process peak (this machine's model
-  of a worker process, calibrated by the same charge: runners/process_memory.py), against the largest charge
+  of a worker process, calibrated by the same charge: memory/calibration.py), against the largest charge
   (memory_cgroup.Charge) each worker reached in the configuration's steps, plus Adam's two slots of its weights
   (the steps apply no update)."""
 
   def __init__(self, count, calibrate=True):
     from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
-    from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
-    from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
+    from lingpipe.distributed import local_cluster  # pylint: disable=g-import-not-at-top
+    from lingpipe.memory import calibration  # pylint: disable=g-import-not-at-top
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < count:
       raise SystemExit('--workers=%d pins each worker to its own core; this process may use %d.' % (count, len(cores)))
     self.count = count
-    self.calibration = process_memory.LoadOrCalibrate(sys.stdout, ('workers',)) if calibrate else None
+    self.calibration = calibration.LoadOrCalibrate(sys.stdout, ('workers',)) if calibrate else None
     self.workers = local_cluster.LocalCluster(count, pin_cores=[{c} for c in cores[:count]], threads=1,
                                               memory_limit=str(WORKER_MEMORY))  # A cgroup each, to measure by
     self.workers.__enter__()
@@ -152,12 +152,12 @@ class _Workers:
     configuration. A worker keeps what earlier configurations left (traced functions, freed memory malloc keeps),
     so its peak is its charge once connected to plus how far above its charge before this configuration was built
     it went."""
-    from lingpipe.runners import memory_trials  # pylint: disable=g-import-not-at-top
+    from lingpipe.memory import memory_trials  # pylint: disable=g-import-not-at-top
     before = [memory_cgroup.Charge(pid) for pid in self.pids]
     with memory_trials.Sampler({task: pid for task, pid in enumerate(self.pids)}) as sampler:
       with cluster.Use(self.mesh):
-        pipe = call_costs.TrialPipe(workload.layers, fields, self.devices)
-      step = call_costs.StepOf(pipe, workload.inputs, self.devices)
+        pipe = step_trials.TrialPipe(workload.layers, fields, self.devices)
+      step = step_trials.StepOf(pipe, workload.inputs, self.devices)
       seconds = _Median(step, steps)
     weights = {}
     for v in pipe.trainable_variables:

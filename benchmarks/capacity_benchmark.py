@@ -30,8 +30,8 @@ from lingpipe import binary  # pylint: disable=g-import-not-at-top
 from lingpipe.core import byte_sizes  # pylint: disable=g-import-not-at-top
 from lingpipe.core import cpu_kernels  # pylint: disable=g-import-not-at-top
 from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top
-from lingpipe.runners import memory_trials  # pylint: disable=g-import-not-at-top
-from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
+from lingpipe.memory import memory_trials  # pylint: disable=g-import-not-at-top
+from lingpipe.memory import calibration as calibration_lib  # pylint: disable=g-import-not-at-top
 
 import benchmark_page  # pylint: disable=g-import-not-at-top
 
@@ -91,7 +91,7 @@ def _MicroBatches(workload, config, depth, planning):
   the batch, the fastest it predicts within the cap, else the one with the lowest predicted peak."""
   cap, calibration = planning
   override = ';'.join([workload.override, '%s=%d' % (workload.depth_param, depth), config.override, _COMMON])
-  candidates = process_memory.PlannerCandidates(workload.model, override, micro_batches=(1, 2, 4, 8, 16, 32))
+  candidates = calibration_lib.PlannerCandidates(workload.model, override, micro_batches=(1, 2, 4, 8, 16, 32))
   peak = lambda c: calibration.trainer.Peak(sum(cell.peak for cell in c.cells))
   fitting = [c for c in candidates if peak(c) <= cap]
   best = max(fitting, key=lambda c: c.speedup) if fitting else min(candidates, key=peak)
@@ -146,10 +146,10 @@ def Bisect(workload, config, planning, steps, scratch, first, log):
 
 
 def Predicted(workload, config, depth, planning):
-  """The planner's peak of each process (process_memory.py) for `workload` at `depth` in `config`."""
+  """The planner's peak of each process (memory/calibration.py) for `workload` at `depth` in `config`."""
   calibration = planning[1]
   override = _Override(workload, config, depth, planning)
-  peaks = process_memory.DevicePeaks(workload.model, override)
+  peaks = calibration_lib.DevicePeaks(workload.model, override)
   if not config.workers:
     return {'trainer': calibration.trainer.Peak(sum(peaks))}
   return dict({'worker %d' % i: calibration.worker.Peak(p) for i, p in enumerate(peaks)},
@@ -202,7 +202,7 @@ def main(argv=None):
     print('capacity_benchmark: error: this machine has no memory cgroup to cap processes with.', file=sys.stderr)
     return 1
   first = dict((k, int(v)) for k, v in (item.split('=') for item in args.first.split(',')))
-  calibration = process_memory.LoadOrCalibrate()
+  calibration = calibration_lib.LoadOrCalibrate()
   planning = (cap, calibration)
   scratch = args.scratch or tempfile.mkdtemp(prefix='lingpipe-capacity-')
   results = []

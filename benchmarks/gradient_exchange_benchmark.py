@@ -129,7 +129,7 @@ def _RunClient(spec_text, exchange, pids, args):
 
 
 def Run(args):
-  from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import local_cluster  # pylint: disable=g-import-not-at-top
   cores = sorted(os.sched_getaffinity(0))
   print('## Gradient exchange: bytes per step of each replica\'s worker, in units of the gradients G\n')
   print('Dense stack %d x %d (synthetic.DeepMlpGPipe\'s data), global batch %d, K=1, Adam, %d timed steps; TCP '

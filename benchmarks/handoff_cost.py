@@ -122,7 +122,7 @@ def main():
     raise SystemExit('Measuring a hand-off needs 2 cores, one per worker; this process may use %d.' % len(cores))
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import local_cluster  # pylint: disable=g-import-not-at-top
   sizes = _Sizes(parser, args.mib)
   with local_cluster.LocalCluster(2, pin_cores=[{cores[0]}, {cores[1]}], threads=1) as workers:
     mesh = remote.Connect(remote.ParseClusterSpec(workers.spec_text), cluster.Params(), 2)

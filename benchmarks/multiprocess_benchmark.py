@@ -288,7 +288,7 @@ def Run(steps=7, micro_batches=MICRO_BATCHES, worker_threads=1, batch=64, remat=
         workload_flags=('--workload=transformer',), schedule_name='gpipe', rounds=1, unroll=False, dtype='float32'):
   """Runs the comparison in compute dtype `dtype`; prints the tables and returns the results."""
   from lingpipe.gpipe import schedule  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import local_cluster  # pylint: disable=g-import-not-at-top
   cores = sorted(os.sched_getaffinity(0))
   if len(cores) < 2:
     raise SystemExit('The multi-process benchmark needs 2 cores; this process may use %d.' % len(cores))

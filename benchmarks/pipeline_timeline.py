@@ -90,7 +90,7 @@ def Run(args):
   """Records the steps; returns a dict of what it measured and wrote."""
   from lingpipe.distributed import cluster  # pylint: disable=g-import-not-at-top
   from lingpipe.distributed import remote  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
+  from lingpipe.distributed import local_cluster  # pylint: disable=g-import-not-at-top
   k = args.num_splits
   with contextlib.ExitStack() as stack:
     if args.workers:

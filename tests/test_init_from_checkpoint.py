@@ -11,7 +11,7 @@ import tensorflow as tf
 from lingpipe.core import errors
 from lingpipe.model import model_registry
 from lingpipe.runners import init_from_checkpoint
-from lingpipe.runners import local_cluster
+from lingpipe.distributed import local_cluster
 from lingpipe.runners import train_loop
 
 

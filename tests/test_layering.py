@@ -1,11 +1,13 @@
 """The package's layers import downwards only, and no module imports itself through others.
 
-core is the foundation; memory (a process's budget: cgroups, the guard, the workers' reports) builds on it alone;
-distributed on both; gpipe on core and distributed, its engine (what runs a step) and planner (what
-predicts one) on gpipe's leaf modules (the plan, the schedules, the timeline), its choice (what chooses by stepping
-real pipelines) on all of gpipe, and nothing else of gpipe on it; model (a registered model's params,
-task and registry) on core and distributed; logdir (what keeps a run's folder safe: atomic writes, checkpoints, the
-lock) on core and distributed. runners (the trainer's modes) and keras sit above them all.
+core is the foundation; memory (a process's budget: cgroups, the guard, the workers' reports, the process model)
+builds on it alone, but for what measures processes by running them or plans models to (the calibration, its trials,
+the advice at a memory death: MEMORY_MEASURES), which sits on everything below runners; distributed on core and
+memory; gpipe on core and distributed, its engine (what runs a step) and planner (what predicts one) on gpipe's leaf
+modules (the plan, the schedules, the timeline), its choice (what chooses by stepping real pipelines, and what the
+planner sees of a model) on all of gpipe, and nothing else of gpipe on it; model (a registered model's params, task
+and registry) on core and distributed; logdir (what keeps a run's folder safe: atomic writes, checkpoints, the lock)
+on core, memory and distributed. runners (the trainer's modes) and keras sit above them all.
 """
 
 import ast
@@ -24,6 +26,11 @@ ALLOWED = {  # package -> the lingpipe packages its modules may import
     'layers': {'core', 'layers'},
     'model': {'core', 'distributed', 'model'},
 }
+# memory's modules that run training processes or plan models to measure memory: above gpipe, distributed, logdir and
+# model, which import none of them (the rest of memory sits below all four).
+MEMORY_MEASURES = {'memory/calibration.py': {'core', 'memory', 'distributed', 'logdir', 'model', 'gpipe'},
+                   'memory/memory_trials.py': {'core', 'memory', 'distributed'},
+                   'memory/memory_advice.py': {'core', 'memory', 'gpipe'}}
 # gpipe's modules that its rooms may import: the leaves below the layer.
 _GPIPE_LEAVES = {'gpipe.plan', 'gpipe.schedule', 'gpipe.timeline', 'gpipe.microbatch', 'gpipe.cell_params'}
 ROOMS = {  # gpipe's rooms -> the gpipe modules (or rooms) they may import
@@ -63,7 +70,11 @@ def _Files(folder):
 def test_packages_import_downwards_only(package):
   bad = {}
   for path in _Files(package):
-    extra = {name.split('.')[1] for name in _Imports(path) if len(name.split('.')) > 2} - ALLOWED[package]
+    allowed = MEMORY_MEASURES.get(os.path.relpath(path, ROOT).replace(os.sep, '/'), ALLOWED[package])
+    extra = {name.split('.')[1] for name in _Imports(path) if len(name.split('.')) > 2} - allowed
+    measures = {'lingpipe.' + m[:-3].replace('/', '.') for m in MEMORY_MEASURES}
+    if os.path.relpath(path, ROOT).replace(os.sep, '/') not in MEMORY_MEASURES:
+      extra |= _Imports(path) & measures
     if extra:
       bad[os.path.relpath(path, ROOT)] = sorted(extra)
   assert not bad, 'lingpipe/%s imports from %s' % (package, bad)
@@ -148,3 +159,59 @@ def test_no_module_imports_itself_through_others():
     if name not in state:
       Visit(name, [name])
   assert not circles, 'import circles: %s' % ['  ->  '.join(c) for c in circles]
+
+
+# What a choice is made for (the model, its layers, the engine that steps it), not the choosing: not counted.
+_FOUNDATION = ('core/', 'layers/', 'model/', 'gpipe/engine/', 'gpipe/pipelining_layer.py', 'gpipe/cell_params.py',
+               'gpipe/microbatch.py', 'gpipe/schedule.py', 'gpipe/plan.py', 'gpipe/timeline.py', 'native_log.py',
+               'keras/', 'params/', 'tasks/')
+PIPELINE_AUTO_FILES = 16  # What following --pipeline=auto crossed when last measured; issue 64 aims at 10.
+
+
+def ChoicePath(choose):
+  """{file under lingpipe/: the functions of other files that called into it} while choose() runs, leaving out the
+  foundation (_FOUNDATION) and module loading: the files a reader follows from the trainer to its choice."""
+  import sys  # pylint: disable=g-import-not-at-top
+  entered = {}
+
+  def Rel(code):
+    path = os.path.abspath(code.co_filename)
+    rel = os.path.relpath(path, ROOT).replace(os.sep, '/') if path.startswith(os.path.abspath(ROOT)) else None
+    return None if rel is None or rel.startswith(_FOUNDATION) else rel
+
+  def Profile(frame, event, unused_arg):
+    if event != 'call' or frame.f_back is None or frame.f_code.co_name == '<module>':
+      return
+    callee, caller = Rel(frame.f_code), Rel(frame.f_back.f_code)
+    if callee and caller and callee != caller:
+      entered.setdefault(callee, set()).add('%s:%s' % (caller, frame.f_back.f_code.co_name))
+
+  sys.setprofile(Profile)
+  try:
+    choose()
+  finally:
+    sys.setprofile(None)
+  return entered
+
+
+@pytest.mark.slow
+def test_following_pipeline_auto_from_the_trainer_to_its_choice(monkeypatch):
+  """The trainer's choice among two local devices within a budget (this machine's process model given) enters no
+  more files than when last measured, each from at most three other files, none of them in runners/ but the
+  choice's own."""
+  import io  # pylint: disable=g-import-not-at-top
+  from lingpipe.memory import process_model  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
+  from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
+  model = process_model.ProcessModel(300 * 2**20, 1.1)
+  monkeypatch.setattr(process_model, 'Load', lambda parts=None: process_model.Calibration(
+      model, model, model, 'test machine', 'today'))
+  p = run_params.BuildModelParams('synthetic.DeepMlpGPipe', auto_pipeline=True)
+  out = io.StringIO()
+  path = ChoicePath(lambda: pipeline_choice.AmongLocalDevices(p, None, None, 2, '4GiB', out))
+  assert 'chosen' in out.getvalue() and p.task.network.num_splits != 'auto', out.getvalue()
+  table = '\n'.join('%d %s <- %s' % (len(c), f, ', '.join(sorted(c))) for f, c in sorted(path.items()))
+  callers = {f: {c.partition(':')[0] for c in calls} for f, calls in path.items()}
+  assert len(path) + 1 <= PIPELINE_AUTO_FILES, table  # and the trainer's own file
+  assert all(len(c) <= 3 for c in callers.values()), table
+  assert {f for f in path if f.startswith('runners/')} <= {'runners/pipeline_choice.py', 'runners/run_params.py'}, table

@@ -1,4 +1,4 @@
-"""process_memory.Advice: what the planner says fits, said when a process ran out of memory, never names the
+"""memory_advice.Advice: what the planner says fits, said when a process ran out of memory, never names the
 configuration that ran, and raises its predictions by as much as they were short where it said that one fits."""
 
 import io
@@ -6,7 +6,10 @@ import re
 
 import pytest
 
-from lingpipe.runners import process_memory
+from lingpipe.memory import calibration
+from lingpipe.memory import memory_advice
+from lingpipe.memory import memory_trials
+from lingpipe.memory import process_model
 from lingpipe.runners import run_params
 
 _MIB = 2**20
@@ -15,9 +18,9 @@ _MIB = 2**20
 @pytest.fixture
 def calibrated(monkeypatch):
   """This machine's processes as a fixed model: 300 MiB beyond 1.1x the allocator's peak."""
-  model = process_memory.ProcessModel(300 * _MIB, 1.1)
-  monkeypatch.setattr(process_memory, 'Load', lambda parts=None: process_memory.Calibration(
-      model, model, process_memory.ProcessModel(300 * _MIB, 0), 'test machine', 'today'))
+  model = process_model.ProcessModel(300 * _MIB, 1.1)
+  monkeypatch.setattr(process_model, 'Load', lambda parts=None: process_model.Calibration(
+      model, model, process_model.ProcessModel(300 * _MIB, 0), 'test machine', 'today'))
 
 
 def _Params(override="task.network.remat='never';task.network.num_micro_batches=1"):
@@ -33,11 +36,11 @@ def _Override(advice):
 
 def test_the_advice_at_a_memory_death_never_names_what_just_died(calibrated):  # pylint: disable=unused-argument
   budget = 1536 * _MIB
-  first = process_memory.Advice(_Params(), budget, 2, False)
+  first = memory_advice.Advice(_Params(), budget, 2, False)
   assert first.startswith('The planner says this fits 1536 MiB a process: '), first
   # The user follows it, and it dies too: the planner was short, by budget / its predicted peak at least.
   died = _Override(first)
-  second = process_memory.Advice(_Params(died), budget, 2, False)
+  second = memory_advice.Advice(_Params(died), budget, 2, False)
   assert _Override(second) != died, second
   raised = re.search(r"the planner's peaks raised (\d+)%: it said (\S+) fits, at (\d+) MiB", second)
   assert raised and raised.group(2) == died, second
@@ -56,8 +59,8 @@ def test_the_advice_plan_pipeline_and_pipeline_auto_pick_alike(calibrated):  # p
   from lingpipe.gpipe.planner import ranking  # pylint: disable=g-import-not-at-top
   budget = 1536 * _MIB
   p = _Params("task.network.num_splits=1;task.network.num_micro_batches=1;task.network.remat='never'")
-  advice = _Override(process_memory.Advice(p, budget, 2, False))
-  model = process_memory.Load().trainer
+  advice = _Override(memory_advice.Advice(p, budget, 2, False))
+  model = process_model.Load().trainer
   peak_of = lambda c: max(memory_plan.ProcessPeaks(c, model, one_process=True))
   with base_layer.AbstractVariables():
     net = p.task.Instantiate().network
@@ -83,11 +86,11 @@ def test_the_process_model_is_measured_in_parts_kept_side_by_side(tmp_path, monk
     depth = int(re.search(r'num_layers=(\d+)', override).group(1))
     peaks = {'trainer': (300 + 20 * depth) * _MIB} if not workers else dict(
         {'worker %d' % i: (350 + 10 * depth) * _MIB for i in range(workers)}, trainer=(320 + depth) * _MIB)
-    return process_memory.memory_trials.Trial(True, peaks, 1.0, '')
-  monkeypatch.setattr(process_memory.memory_trials, 'Run', Trial)
+    return memory_trials.Trial(True, peaks, 1.0, '')
+  monkeypatch.setattr(memory_trials, 'Run', Trial)
   out = io.StringIO()
-  local = process_memory.LoadOrCalibrate(out, ('trainer',))
+  local = calibration.LoadOrCalibrate(out, ('trainer',))
   assert runs == [0, 0] and local.trainer is not None and local.worker is None and 'one process; once' in out.getvalue()
-  assert process_memory.Load() is None and process_memory.LoadOrCalibrate(out, ('trainer',)) == local
-  both = process_memory.LoadOrCalibrate(out)
+  assert process_model.Load() is None and calibration.LoadOrCalibrate(out, ('trainer',)) == local
+  both = calibration.LoadOrCalibrate(out)
   assert runs == [0, 0, 2, 2] and both.trainer == local.trainer and both.worker is not None

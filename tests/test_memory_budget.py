@@ -14,7 +14,7 @@ import pytest
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.memory import memory_cgroup
-from lingpipe.runners import local_cluster
+from lingpipe.distributed import local_cluster
 
 TRAINER = [sys.executable, '-m', 'lingpipe.trainer']
 _VERSION, _OWN = memory_cgroup.OwnCgroup()
@@ -105,7 +105,7 @@ def test_a_trainer_that_outgrows_its_budget_is_one_line_and_leaves_no_cgroup(tmp
                                    '--max_steps=3', '--memory_limit=1GiB', '--model_params_override=' + TOO_BIG],
                         capture_output=True, text=True, timeout=300)
   assert done.returncode == 137, done.stderr[-2000:]
-  # Then what the planner says fits, where this machine's processes were measured (process_memory.py).
+  # Then what the planner says fits, where this machine's processes were measured (memory/calibration.py).
   assert done.stderr.strip().splitlines()[-1].startswith(
       'lingpipe-train: error: killed by the kernel: it ran out of memory, its budget of 1.00 GiB (--memory_limit), '
       'peak 1.00 GiB. No checkpoint was written yet.'), done.stderr[-2000:]

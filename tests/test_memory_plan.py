@@ -200,13 +200,13 @@ def test_the_tool_recommends_a_configuration_and_explains_a_miss(capsys):
 
 
 def test_the_tool_plans_whole_processes_and_says_nothing_fits_without_a_budget(capsys, monkeypatch):
-  from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
-  # This machine's measured model of a process (runners/process_memory.py), given here: 300 MiB + 1.1 x the
+  from lingpipe.memory import process_model  # pylint: disable=g-import-not-at-top
+  # This machine's measured model of a process (memory/process_model.py), given here: 300 MiB + 1.1 x the
   # allocator's peak for a worker, 250 MiB + 1.05 x for one process holding every device.
-  calibration = process_memory.Calibration(process_memory.ProcessModel(250 * 2**20, 1.05),
-                                           process_memory.ProcessModel(300 * 2**20, 1.1),
-                                           process_memory.ProcessModel(330 * 2**20, 2**20), 'here', 'today')
-  monkeypatch.setattr(process_memory, 'Load', lambda parts=None: calibration)
+  calibration = process_model.Calibration(process_model.ProcessModel(250 * 2**20, 1.05),
+                                           process_model.ProcessModel(300 * 2**20, 1.1),
+                                           process_model.ProcessModel(330 * 2**20, 2**20), 'here', 'today')
+  monkeypatch.setattr(process_model, 'Load', lambda parts=None: calibration)
   args = ['--model=synthetic.DeepMlpGPipe', '--devices=2', '--micro_batches=4']
   candidates, best = plan_pipeline.Plan(plan_pipeline._Args(args))
   out = capsys.readouterr().out

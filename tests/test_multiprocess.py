@@ -20,7 +20,7 @@ import tensorflow as tf
 from lingpipe.distributed import cluster
 from lingpipe.distributed import watchdog as watchdog_lib
 from lingpipe.model import model_registry
-from lingpipe.runners import local_cluster
+from lingpipe.distributed import local_cluster
 from lingpipe.runners import train_loop
 
 MODEL = 'synthetic.DeepMlpGPipe'

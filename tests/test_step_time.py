@@ -68,11 +68,11 @@ def test_a_hand_off_is_paid_by_the_action_that_sends_to_another_device():
 
 def test_a_hand_off_between_logical_devices_costs_little_and_is_never_negative():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe.choice import call_costs  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.choice import step_trials  # pylint: disable=g-import-not-at-top
   devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
-  fixed, per_byte = call_costs.Handoff(devices, repeats=2)
+  fixed, per_byte = step_trials.Handoff(devices, repeats=2)
   assert 0 <= fixed < 0.01 and 0 <= per_byte * 2**20 < 0.05  # In one process: under 10 ms, 50 ms a MiB.
-  assert call_costs.Handoff(devices[:1]) == (0.0, 0.0)
+  assert step_trials.Handoff(devices[:1]) == (0.0, 0.0)
 
 
 def test_the_terms_are_measured_here_with_the_models_own_layer():
@@ -85,9 +85,9 @@ def test_the_terms_are_measured_here_with_the_models_own_layer():
   unit = layer_times.RunsOnDevice(heaviest, built=built)
   assert heaviest.inputs == tf.TensorSpec([64, 128], tf.float32) and heaviest.params.cls is layers[heaviest.index].cls
   devices = [d.name for d in tf.config.list_logical_devices('CPU')][:2]
-  from lingpipe.gpipe.choice import call_costs  # pylint: disable=g-import-not-at-top
-  terms = step_time.Measure(unit, devices,
-                            lambda: (call_costs.SplitBackward(heaviest, 64, times), call_costs.PerAction()))
+  from lingpipe.gpipe.choice import step_trials  # pylint: disable=g-import-not-at-top
+  terms = step_trials.MeasureTerms(unit, devices,
+                                   lambda: (step_trials.SplitBackward(heaviest, 64, times), step_trials.PerAction()))
   assert len(terms.concurrency) == len(devices) and terms.concurrency[0] == pytest.approx(1.0)
   assert all(0 < c <= 2 * len(devices) for c in terms.concurrency)
   # Loose enough for a loaded machine: with the backward at least a third of the step, the split costs
@@ -101,13 +101,14 @@ def test_the_terms_are_measured_here_with_the_models_own_layer():
 def test_every_micro_batch_size_is_timed_while_it_is_cheap_the_rest_interpolated(monkeypatch, exact_seconds, timed):
   """Batch 48, M up to 6: the three anchors (48, 8 and 16) are always timed; 24 and 12 too while timing lasts."""
   from lingpipe.gpipe.choice import auto_config  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.choice import step_trials  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
   import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
   sizes = []
   measure = layer_times.Measure
   monkeypatch.setattr(layer_times, 'Measure', lambda *a, **k: sizes.append(a[2]) or measure(*a, **k))
-  monkeypatch.setattr(step_time, 'Measure', lambda *unused: step_time.IDEAL)
-  monkeypatch.setattr(auto_config, 'EXACT_SIZES_SECONDS', exact_seconds)
+  monkeypatch.setattr(step_trials, 'MeasureTerms', lambda *unused: step_time.IDEAL)
+  monkeypatch.setattr(step_trials, 'EXACT_SIZES_SECONDS', exact_seconds)
   monkeypatch.setattr(auto_config, 'MicroBatchChoices', lambda batch: (1, 2, 3, 4, 6))
   predicted = auto_config.Predict(util.Tanh(2, dim=16), [48, 16], 1, fixed={'remat': 'never', 'schedule': 'gpipe'})
   assert sorted(sizes) == timed
@@ -117,14 +118,14 @@ def test_every_micro_batch_size_is_timed_while_it_is_cheap_the_rest_interpolated
 def test_a_split_backwards_cost_is_a_fraction_of_the_backward_not_of_the_step(monkeypatch):
   """A step of forward 1 and backward 2 (3 s) that takes 4 s split: the backward costs 50% more, not 33%."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from lingpipe.gpipe.choice import call_costs  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.choice import step_trials  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import layer_times  # pylint: disable=g-import-not-at-top
   import pipeline_test_util as util  # pylint: disable=g-import-not-at-top
   steps = {'1f1b': 3.0, 'zero_bubble': 4.0}
-  monkeypatch.setattr(call_costs, '_StepSeconds', lambda layers, inputs, m, schedule, batch_dim: steps[schedule])
+  monkeypatch.setattr(step_trials, '_StepSeconds', lambda layers, inputs, m, schedule, batch_dim: steps[schedule])
   layer = layer_times.Layer(util.Tanh(2, 16)[1], tf.TensorSpec([8, 16], tf.float32), 1)
   times = layer_times.Times(8, (5.0, 1.0), (9.0, 2.0))  # the second layer's entry counts
-  assert call_costs.SplitBackward(layer, 8, times) == pytest.approx(0.5)
+  assert step_trials.SplitBackward(layer, 8, times) == pytest.approx(0.5)
   # A backward timed at 0 (noise on a loaded machine) counts as a third of the step, not as nothing.
   unmeasured = layer_times.Times(8, (5.0, 1.0), (9.0, 0.0))
-  assert call_costs.SplitBackward(layer, 8, unmeasured) == pytest.approx(1.0 / (3.0 * call_costs.MIN_BACKWARD_SHARE))
+  assert step_trials.SplitBackward(layer, 8, unmeasured) == pytest.approx(1.0 / (3.0 * step_trials.MIN_BACKWARD_SHARE))

@@ -11,7 +11,7 @@ import pytest
 from lingpipe.distributed import remote
 from lingpipe.distributed import worker_lease
 from lingpipe.memory import worker_memory
-from lingpipe.runners import local_cluster
+from lingpipe.distributed import local_cluster
 
 MODEL = 'synthetic.DenseStack'
 WIDE = 'task.hidden_dim=2048;task.num_layers=8;task.train.save_interval_steps=10'

@@ -27,7 +27,7 @@ from lingpipe import binary
 binary.QuietTool()  # Before TensorFlow loads (local_cluster imports it): its start-up notices stay off the terminal.
 
 from lingpipe.core import errors  # pylint: disable=g-import-not-at-top
-from lingpipe.runners import local_cluster  # pylint: disable=g-import-not-at-top
+from lingpipe.distributed import local_cluster  # pylint: disable=g-import-not-at-top
 
 
 def main(argv=None):

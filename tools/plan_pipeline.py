@@ -31,7 +31,7 @@ def _Args(argv):
   parser.add_argument('--processes', default=None, choices=('workers', 'one', 'devices'),
                       help='What must fit in --device_memory: a lingpipe-worker process per device (a CPU cluster: '
                       'the device\'s peak plus what this machine\'s processes hold beyond their allocator, measured '
-                      'once and kept; runners/process_memory.py), one process holding every device (local logical '
+                      'once and kept; memory/calibration.py), one process holding every device (local logical '
                       'devices), or each device\'s own memory (accelerators). Default: workers on a machine without '
                       'GPUs, else devices.')
   parser.add_argument('--micro_batches', default='', help='Values of M to consider (default: the divisors of the '
@@ -49,7 +49,7 @@ def Plan(args, out=None):
   """Prints the table and the recommendation; returns (candidates, recommended or None)."""
   from lingpipe.gpipe.planner import memory_plan  # pylint: disable=g-import-not-at-top
   from lingpipe.gpipe.planner import ranking  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import planning_view  # pylint: disable=g-import-not-at-top
+  from lingpipe.gpipe.choice import planning_view  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
 
   view = planning_view.Of(run_params.BuildModelParams(args.model, override=args.model_params_override))
@@ -114,8 +114,8 @@ def _ProcessPeak(args, out):
   processes = args.processes or ('devices' if tf.config.list_physical_devices('GPU') else 'workers')
   if processes == 'devices':
     return (lambda c: c.peak), ''
-  from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
-  calibration = process_memory.LoadOrCalibrate(out, ('trainer',) if processes == 'one' else ('workers',))
+  from lingpipe.memory import calibration as calibration_lib  # pylint: disable=g-import-not-at-top
+  calibration = calibration_lib.LoadOrCalibrate(out, ('trainer',) if processes == 'one' else ('workers',))
   if processes == 'one':
     return (lambda c: memory_plan.ProcessPeaks(c, calibration.trainer, one_process=True)[0],
             'one process holding every device (measured here %s)' % calibration.measured)

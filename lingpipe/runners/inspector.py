@@ -66,23 +66,23 @@ def _Human(n, unit=''):
 
 
 def _Budget(mesh, device_memory):
-  """(bytes each process or device must fit in, the process model (runners/process_memory.py) or None): the
+  """(bytes each process or device must fit in, the process model (memory/process_model.py) or None): the
   budget (memory_budget.Limit: --device_memory, the workers' smallest, or this process's own); (None, None)
   without one. The process model applies on CPU machines, where a device is a process's (a worker's) or the
   trainer's own memory."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from lingpipe.memory import calibration  # pylint: disable=g-import-not-at-top
   from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
   budget = memory_budget.Limit(mesh, device_memory)
   if budget is None or tf.config.list_physical_devices('GPU'):
     return budget, None
-  return budget, process_memory.LoadOrCalibrate(parts=('workers',) if mesh.is_remote else ('trainer',))
+  return budget, calibration.LoadOrCalibrate(parts=('workers',) if mesh.is_remote else ('trainer',))
 
 
 def PrintCells(pipeline, out=None, slots=0, budget=None, process=None, mesh=None):
   """A table of the pipeline's cells: layers, device, parameters, flops, estimated activation memory; and the
   memory planner's prediction for its K and M (`slots`: the optimizer's slot variables per weight), against
-  `budget` (bytes) when one is given, with each process's peak from `process` (process_memory.Calibration)."""
+  `budget` (bytes) when one is given, with each process's peak from `process` (process_model.Calibration)."""
   p = pipeline.params
   print('# Pipeline %s: %d cells, %d micro-batches, remat=%s, schedule=%s, weights %s, computes in %s' % (
       pipeline.path, pipeline.num_cells, p.num_micro_batches, p.remat, p.schedule, p.dtype.name,

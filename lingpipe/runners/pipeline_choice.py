@@ -19,8 +19,9 @@ from lingpipe.core import param_checks
 from lingpipe.core import params_text
 from lingpipe.gpipe import pipelining_layer
 from lingpipe.gpipe.choice import auto_config
+from lingpipe.gpipe.choice import planning_view
 from lingpipe.logdir import recorded_params
-from lingpipe.runners import planning_view
+from lingpipe.memory import calibration
 from lingpipe.runners import run_params
 
 AUTO = param_checks.AUTO
@@ -180,7 +181,7 @@ def AmongLocalDevices(p, spec=None, recorded_text=None, pipeline_devices=None, d
   total = cluster.LocalDeviceCount(pipeline_devices)
   if spec is None and total > 1:
     cluster.ConfigureLocalDevices(total)  # Before the layers are timed: TensorFlow starts then.
-  budget, peak_of, what = Budget(p, device_memory, on_gpus=bool(tf.config.list_physical_devices('GPU')), out=out)
+  budget, peak_of, what = calibration.LocalBudget(p, device_memory, bool(tf.config.list_physical_devices('GPU')), out)
   return Resolve(p, max(1, total // replicas), budget, peak_of, what, recorded_text=recorded_text, out=out,
                  workers=workers)
 
@@ -197,53 +198,10 @@ def AmongWorkers(p, spec, own_task, recorded_text=None, device_memory=None, out=
   every = max(1, len(spec[p.cluster.job]) // max(1, p.cluster.num_replicas))
   mesh = remote.Connect(spec, p.cluster, every, own_task)
   with cluster.Use(mesh):
-    budget, peak_of, what = WorkerBudget(mesh, device_memory, out)
+    budget, peak_of, what = calibration.WorkerBudget(mesh, device_memory, out)
     Resolve(p, len(mesh.devices[0]), budget, peak_of, what, recorded_text=recorded_text, out=out,
             devices=list(mesh.devices[0]))
   return WorkersWithSplits(mesh, p.cluster, cluster.MaxNumSplits(p))
-
-
-def Budget(p, device_memory=None, on_gpus=False, out=None):
-  """(budget bytes or None, peak_of(candidate), what peak_of gives) for choosing among local devices: the budget
-  is `device_memory` (text, e.g. '1.5GiB'), else this process's (--memory_limit or its cgroup's limit). On GPUs
-  a device's peak must fit it; on CPUs the logical devices share one process, whose peak is predicted from the
-  devices' sum by this machine's measured process model (runners/process_memory.py)."""
-  from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
-  from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
-  budget = memory_budget.Limit(None, device_memory)
-  if budget is None:
-    return None, None, 'device peak'
-  if on_gpus:
-    return budget, (lambda c: c.peak), 'device peak'
-  replicas = max(1, p.cluster.num_replicas)
-  devices_sum = lambda c: replicas * sum(cell.peak for cell in c.cells)
-  calibration = process_memory.Load(('trainer',))  # Local devices: one process.
-  if calibration is None and memory_cgroup.OwnCgroup()[1] is not None:
-    calibration = process_memory.LoadOrCalibrate(out, ('trainer',))
-  if calibration is None:
-    print('This machine has no memory cgroup to measure a process by: the budget is compared with the devices\' '
-          'allocator peaks alone, which leave out what TensorFlow itself holds (a few hundred MiB).', file=out)
-    return budget, devices_sum, 'allocator peak'
-  return budget, (lambda c: calibration.trainer.Peak(devices_sum(c))), 'process peak'
-
-
-def WorkerBudget(mesh, device_memory=None, out=None):
-  """(budget, peak_of, what) for choosing among the workers of `mesh`: --device_memory, else the smallest budget a
-  worker reports (None: for speed alone); what must fit is the fullest worker's process, by this machine's
-  measured model of a worker (runners/process_memory.py) where it has a memory cgroup to measure it with."""
-  from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
-  from lingpipe.memory import memory_cgroup  # pylint: disable=g-import-not-at-top
-  from lingpipe.runners import process_memory  # pylint: disable=g-import-not-at-top
-  budget = memory_budget.Limit(mesh, device_memory)
-  if budget is None:
-    return None, None, 'worker peak'
-  calibration = process_memory.Load(('workers',))
-  if calibration is None and memory_cgroup.OwnCgroup()[1] is not None:
-    calibration = process_memory.LoadOrCalibrate(out, ('workers',))
-  if calibration is None:
-    return budget, (lambda c: max(cell.peak for cell in c.cells)), 'worker allocator peak'
-  return budget, (lambda c: max(calibration.worker.Peak(cell.peak) for cell in c.cells)), 'worker process peak'
 
 
 def WorkersWithSplits(connected, params, num_splits):

@@ -12,6 +12,7 @@ import tensorflow as tf
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
+from lingpipe.memory import memory_advice
 from lingpipe.memory import memory_budget
 from lingpipe.distributed import mirrors
 from lingpipe.distributed import remote
@@ -21,7 +22,6 @@ from lingpipe.runners import batch_function
 from lingpipe.logdir import checkpointer
 from lingpipe.runners import init_from_checkpoint
 from lingpipe.runners import interrupt
-from lingpipe.runners import process_memory
 from lingpipe.logdir import recorded_params
 from lingpipe.logdir import safe_write
 from lingpipe.logdir import shared_logdir
@@ -212,7 +212,7 @@ class TrainLoop:
         self.Print("Workers' memory budgets: %s." % budgets)
     limit = memory_budget.Limit(self.cluster)
     if limit:
-      self.memory_advice = process_memory.Advice(self.p, limit, len(self.cluster.devices[0]), self.cluster.is_remote)
+      self.memory_advice = memory_advice.Advice(self.p, limit, len(self.cluster.devices[0]), self.cluster.is_remote)
       if self.cluster.is_remote:
         self.cluster.memory_advice = self.memory_advice
 

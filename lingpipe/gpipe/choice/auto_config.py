@@ -8,25 +8,18 @@ the budget less a margin, the fastest is chosen (then the smaller peak; planner/
 fixed; only those left to choose vary. runners/pipeline_choice.py applies this to a model's Params.
 """
 
-import time
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from lingpipe.core import byte_sizes
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
 from lingpipe.gpipe import schedule as schedule_lib
-from lingpipe.gpipe.choice import call_costs
 from lingpipe.gpipe.choice import step_trials
-from lingpipe.gpipe.planner import layer_times
 from lingpipe.gpipe.planner import memory_plan
 from lingpipe.gpipe.planner import ranking
 from lingpipe.gpipe.planner import step_time
 
 MARGIN = ranking.MARGIN  # Of the budget, kept free (the same for every chooser).
-# Seconds of layer timing after the three anchor sizes during which the other micro-batch sizes are
-# timed too rather than interpolated: a dense stack's bfloat16 kernels here are not linear in rows,
-# and every size of it takes a few seconds; AmoebaNet-D's anchors alone take most of its minute.
-EXACT_SIZES_SECONDS = 15.0
 BALANCES = ('uniform', 'flops', 'time')  # 'time' when layer times are measured.
 
 
@@ -141,74 +134,26 @@ class Predictions(NamedTuple):
 
 def Predict(layer_params, input_shapes, num_devices, fixed=None, peak_of=None, fprop_dtype=None, dtype_size=4,
             slots=0, batch_dim=0, log=None, measure=True, input_dtypes=None, devices=None) -> Predictions:
-  """Every Option the `fixed` fields allow, its step time predicted from the layers timed here at
-  the batch's and each micro-batch's size and this machine's step_time.Terms on the first
-  `num_devices` local devices (`measure`; else the speed-ups are in flops). `input_dtypes`: the
-  pipeline's (its inputs that are not floating). `devices`: the devices to choose among (default: the first
-  `num_devices` local ones); the layers are timed on the first."""
+  """Every Option the `fixed` fields allow, its step time predicted from the layers timed here and this machine's
+  step_time.Terms on `devices` (step_trials.MeasureCosts; without `measure` the speed-ups are in flops).
+  `input_dtypes`: the pipeline's (its inputs that are not floating). `devices`: the devices to choose among
+  (default: the first `num_devices` local ones); the layers are timed on the first."""
+  fixed = fixed or {}
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
-  times, plain, terms = None, None, None
+  costs = None
   if measure:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    devices = list(devices or cluster.LocalDevices()[:max(1, num_devices)])
-    built, measured = {}, {}  # Each distinct layer built once, and traced once a size.
-    dtype = fprop_dtype or 'float32'
+    micro = [fixed['num_micro_batches']] if 'num_micro_batches' in fixed else list(MicroBatchChoices(batch))
+    costs = step_trials.MeasureCosts(layer_params, input_shapes, batch, micro, _Devices(devices, num_devices),
+                                     fprop_dtype or 'float32', batch_dim, log, input_dtypes,
+                                     split_backward=fixed.get('schedule', 'zero_bubble') == 'zero_bubble')
+  options = Options(layer_params, input_shapes, batch, num_devices, fixed, peak_of, costs and costs.times,
+                    slots=slots, dtype_size=dtype_size, fprop_dtype=fprop_dtype, terms=costs and costs.terms)
+  return Predictions(options, costs and costs.plain_seconds, costs and costs.terms)
 
-    # Measured at the whole batch, the smallest micro-batch and one between; then every other size
-    # while the timing lasts under EXACT_SIZES_SECONDS; linear between measured sizes for the rest
-    # (each size is traced apart, as a cell is).
-    fixed_micro = (fixed or {}).get('num_micro_batches')
-    micro = [fixed_micro] if fixed_micro else list(MicroBatchChoices(batch))
-    anchors = sorted({batch, batch // micro[-1], batch // micro[len(micro) // 2]})
 
-    took = {}  # seconds each measured size's timing took
-
-    def MeasureSize(size):
-      start = time.perf_counter()
-      with tf.device(devices[0]):
-        measured[size] = layer_times.Measure(layer_params, input_shapes, size, dtype=dtype, batch_dim=batch_dim,
-                                             log=log, built=built, input_dtypes=input_dtypes)
-      took[size] = time.perf_counter() - start
-
-    def Times(size):
-      if size not in measured:
-        timed = sorted(measured)
-        if not timed or size < timed[0] or size > timed[-1]:
-          MeasureSize(size)
-        else:
-          lo, hi = max(a for a in timed if a < size), min(a for a in timed if a > size)
-          return layer_times.Interpolate(measured[lo], measured[hi], size)
-      return measured[size]
-
-    for size in anchors:
-      MeasureSize(size)
-    spent = 0.0
-    for size in sorted({batch // m for m in micro} - set(anchors), reverse=True):
-      expected = took[min(a for a in took if a > size)]  # a larger size's timing took at least as long
-      if spent + expected > EXACT_SIZES_SECONDS:
-        break
-      MeasureSize(size)
-      spent += took[size]
-    times = Times
-    # The devices' concurrency and the cost of a split backward, with the model's heaviest layer at
-    # a micro-batch's size (one already traced). The split is measured only where zero bubble may be
-    # chosen.
-    size = anchors[len(anchors) // 2]
-    times_at_size = Times(size)
-    heaviest = layer_times.Heaviest(layer_params, input_shapes, times_at_size, dtype, batch_dim)
-    unit = layer_times.RunsOnDevice(heaviest, dtype, batch_dim, built)
-    splits = (fixed or {}).get('schedule', 'zero_bubble') == 'zero_bubble'
-
-    def CallTerms():
-      with tf.device(devices[0]):  # Where the layers were timed: on a cluster, the first worker, not this process.
-        return (call_costs.SplitBackward(heaviest, size, times_at_size, batch_dim) if splits else 0.0,
-                call_costs.PerAction())
-
-    terms = step_time.Measure(unit, devices, CallTerms, lambda: call_costs.Handoff(devices))
-    plain = sum(Times(batch).forward) + sum(Times(batch).backward) + 2 * terms.per_action
-  options = Options(layer_params, input_shapes, batch, num_devices, fixed or {}, peak_of, times, slots=slots,
-                    dtype_size=dtype_size, fprop_dtype=fprop_dtype, terms=terms)
-  return Predictions(options, plain, terms)
+def _Devices(devices, num_devices):
+  """`devices`, else the first `num_devices` local ones."""
+  return list(devices or cluster.LocalDevices()[:max(1, num_devices)])
 
 
 def ChooseFor(layer_params, input_shapes, num_devices, fixed=None, budget=None, peak_of=None, fprop_dtype=None,
@@ -262,8 +207,7 @@ def Stepped(choice, options, layer_params, input_shapes, dtype, batch_dim=0, inp
   candidates += [(Describe(o), o, Fields(o)) for o in others]
   batch = memory_plan.BatchSize(input_shapes, batch_dim)
   trials = step_trials.Run(candidates, layer_params, input_shapes, batch, dtype,
-                           devices or cluster.LocalDevices()[:max(1, choice.num_devices)], batch_dim, input_dtypes,
-                           log=log)
+                           _Devices(devices, choice.num_devices), batch_dim, input_dtypes, log=log)
   measured = sorted((t for t in trials if t.seconds is not None), key=lambda t: t.seconds)
   if not measured:
     return choice._replace(trials=tuple(trials))

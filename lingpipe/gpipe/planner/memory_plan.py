@@ -331,7 +331,7 @@ def MicroBatchChoices(batch_size, largest=32):
 
 def ProcessPeaks(candidate, process, one_process=False):
   """Each process's predicted peak (bytes) for `candidate`: `process`
-  (runners/process_memory.ProcessModel: what a process holds beyond its allocator) of each device's
+  (memory/process_model.ProcessModel: what a process holds beyond its allocator) of each device's
   peak, every device its own process (lingpipe-workers), or with `one_process` of their sum (logical
   devices of one process share its allocator)."""
   if one_process:

@@ -6,22 +6,20 @@ a forward its forwards, a backward its backwards plus the forward again where th
 and a split backward its backwards times this machine's measured cost of splitting. Every action
 also pays a fixed cost per call. The plan is run by schedule.Simulate, and the devices together
 cannot go faster than their measured concurrency: logical CPU devices share the machine's cores.
-What is measured (`Measure`, each time the trainer chooses, on its own devices):
+What is measured (gpipe/choice/step_trials.MeasureTerms, each time the trainer chooses, on its own devices):
   concurrency      the throughput of K devices each running the same work at once, over one device's
   split_backward   what splitting a backward in two (zero bubble) adds to it, with the model's heaviest layer
   per_action       seconds a cell's forward or backward costs beyond its layers' times
   handoff          seconds, and seconds a byte, a cell's result costs to hand to the next cell's device
                    (worker processes copy it through gRPC; logical devices of one process about nothing),
                    added to the action that sends it
-The last three are measured with real pipelines and copies (gpipe/choice/call_costs.py).
+The last three are measured with real pipelines and copies.
 """
 
-import threading
 from typing import NamedTuple, Sequence, Tuple
 
 from lingpipe.gpipe import plan as plan_lib
 from lingpipe.gpipe import schedule as schedule_lib
-from lingpipe.gpipe.planner import layer_times
 
 
 class Terms(NamedTuple):
@@ -80,33 +78,6 @@ def CellTimes(counts: Sequence[int], forward, backward) -> Tuple[Tuple[float, ..
     cells_backward.append(sum(backward[lo:lo + c]))
     lo += c
   return tuple(cells_forward), tuple(cells_backward)
-
-
-def MeasureConcurrency(run, devices, repeats=3):
-  """[K-1]: the throughput of the first K of `devices` (names) each calling run(device) at once,
-  from its own thread as the pipeline's executor does, in one device's."""
-
-  def Together(count):
-    threads = [threading.Thread(target=run, args=(d,)) for d in devices[:count]]
-    for t in threads:
-      t.start()
-    for t in threads:
-      t.join()
-
-  one = layer_times.Best(lambda: run(devices[0]), repeats)
-  return (1.0,) + tuple(k * one / layer_times.Best(lambda k=k: Together(k), repeats)
-                        for k in range(2, len(devices) + 1))
-
-
-def Measure(run, devices, call_terms, handoff=lambda: (0.0, 0.0)) -> Terms:
-  """This machine's Terms for pipelines on `devices` (device names, at least one), the
-  devices' concurrency measured with run(device), a unit of the model's own work
-  (layer_times.RunsOnDevice of layer_times.Heaviest), call_terms() the (split_backward,
-  per_action) a real pipeline measures (call_costs.SplitBackward and PerAction), and handoff() the
-  (seconds, seconds a byte) of a hand-off between two of the devices (call_costs.Handoff)."""
-  split, per_action = call_terms()
-  fixed, per_byte = handoff()
-  return Terms(MeasureConcurrency(run, devices), split, per_action, fixed, per_byte)
 
 
 def Describe(terms) -> str:

@@ -1,5 +1,5 @@
 """Training trials in fresh processes, each under a memory cap, with every process's peak measured: what the capacity
-benchmark bisects on and what the planner's per-machine calibration (process_memory.py) fits.
+benchmark bisects on and what the planner's per-machine calibration (calibration.py) fits.
 
 A trial runs lingpipe-train (the plain model in one process, or a trainer beside `workers` lingpipe-workers), every
 process under `cap` bytes (--memory_limit), and samples each process's charge (memory_cgroup.Charge: anonymous and
@@ -16,7 +16,7 @@ import time
 from typing import NamedTuple
 
 from lingpipe.memory import memory_cgroup
-from lingpipe.runners import local_cluster
+from lingpipe.distributed import local_cluster
 
 
 class Trial(NamedTuple):
