@@ -12,7 +12,9 @@ on core, memory and distributed. runners (the trainer's modes) and keras sit abo
 
 import ast
 import glob
+import io
 import os
+import sys
 
 import pytest
 
@@ -171,7 +173,6 @@ PIPELINE_AUTO_FILES = 16  # What following --pipeline=auto crossed when last mea
 def ChoicePath(choose):
   """{file under lingpipe/: the functions of other files that called into it} while choose() runs, leaving out the
   foundation (_FOUNDATION) and module loading: the files a reader follows from the trainer to its choice."""
-  import sys  # pylint: disable=g-import-not-at-top
   entered = {}
 
   def Rel(code):
@@ -199,7 +200,6 @@ def test_following_pipeline_auto_from_the_trainer_to_its_choice(monkeypatch):
   """The trainer's choice among two local devices within a budget (this machine's process model given) enters no
   more files than when last measured, each from at most three other files, none of them in runners/ but the
   choice's own."""
-  import io  # pylint: disable=g-import-not-at-top
   from lingpipe.memory import process_model  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import pipeline_choice  # pylint: disable=g-import-not-at-top
   from lingpipe.runners import run_params  # pylint: disable=g-import-not-at-top
