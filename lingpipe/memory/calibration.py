@@ -105,8 +105,17 @@ def LoadOrCalibrate(out=sys.stdout, parts=process_model.PARTS):
     print('Measuring what a process of this machine holds beyond its allocator (%s; once; about %s; kept in %s)' % (
         ' and '.join({'trainer': 'one process', 'workers': 'workers'}[part] for part in missing),
         '40 seconds' if missing == ['trainer'] else '3 minutes', process_model.CachePath()), file=out, flush=True)
-    calibration = Calibrate(out, parts=missing)
+    Calibrate(out, parts=missing)
     calibration = process_model.Load(parts)
+  return calibration
+
+
+def _Measurable(parts, out):
+  """This machine's Calibration of `parts`: the one kept, else measured now where this process has a memory cgroup
+  to measure processes by (LoadOrCalibrate); None without either."""
+  calibration = process_model.Load(parts)
+  if calibration is None and memory_cgroup.OwnCgroup()[1] is not None:
+    calibration = LoadOrCalibrate(out, parts)
   return calibration
 
 
@@ -122,9 +131,7 @@ def LocalBudget(p, device_memory=None, on_gpus=False, out=None):
     return budget, (lambda c: c.peak), 'device peak'
   replicas = max(1, p.cluster.num_replicas)
   devices_sum = lambda c: replicas * sum(cell.peak for cell in c.cells)
-  calibration = process_model.Load(('trainer',))  # Local devices: one process.
-  if calibration is None and memory_cgroup.OwnCgroup()[1] is not None:
-    calibration = LoadOrCalibrate(out, ('trainer',))
+  calibration = _Measurable(('trainer',), out)  # Local devices: one process.
   if calibration is None:
     print('This machine has no memory cgroup to measure a process by: the budget is compared with the devices\' '
           'allocator peaks alone, which leave out what TensorFlow itself holds (a few hundred MiB).', file=out)
@@ -139,9 +146,7 @@ def WorkerBudget(mesh, device_memory=None, out=None):
   budget = memory_budget.Limit(mesh, device_memory)
   if budget is None:
     return None, None, 'worker peak'
-  calibration = process_model.Load(('workers',))
-  if calibration is None and memory_cgroup.OwnCgroup()[1] is not None:
-    calibration = LoadOrCalibrate(out, ('workers',))
+  calibration = _Measurable(('workers',), out)
   if calibration is None:
     return budget, (lambda c: max(cell.peak for cell in c.cells)), 'worker allocator peak'
   return budget, (lambda c: max(calibration.worker.Peak(cell.peak) for cell in c.cells)), 'worker process peak'
