@@ -64,11 +64,11 @@ def test_a_step_holds_one_copy_of_the_weights_gradients(schedule, remat, num_spl
   assert peak < 1.65 * weights, (peak / 2**20, weights / 2**20)
 
 
-def test_the_sums_are_no_part_of_the_model():
+def test_the_sums_are_no_part_of_the_model(tmp_path):
   plain, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=2)
   assert len(pipe.variables) == len(plain.variables)
   checkpoint = tf.train.Checkpoint(model=pipe)
-  path = checkpoint.write('%s/ckpt' % pytest.importorskip('tempfile').mkdtemp())
+  path = checkpoint.write(str(tmp_path / 'ckpt'))
   names = [name for name, _ in tf.train.list_variables(path)]
   assert not [name for name in names if 'gradient_sum' in name], names
 
