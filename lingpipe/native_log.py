@@ -174,6 +174,12 @@ def IsFiltering():
   return bool(_ACTIVE)
 
 
+def TerminalFd():
+  """The file descriptor of this process's own stderr (the terminal or file it was started with, not the filter's
+  pipe): what a child process that may outlive this one should write its stderr to."""
+  return _ACTIVE[0].terminal if _ACTIVE else 2
+
+
 def Close(at_exit=False):
   """Ends Filter(); call it before os._exit, which skips atexit (see _Filter.Close for `at_exit`)."""
   if _ACTIVE:

@@ -9,7 +9,8 @@ job and task it was started with) so the trainer can refuse a worker of another 
 with status 0. Mistakes (a task not in the spec, a port in use) print one line and exit with status 1. It serves
 one trainer at a time, which holds a lease on it; once that trainer is gone (ended, killed, or, on another host,
 silent for 60 s), the worker re-executes itself, same pid, so that nothing the trainer made stays in its memory
-(lingpipe/distributed/worker_lease.py), and says so in its log.
+(lingpipe/distributed/worker_lease.py), and says so in its log. Started by a launcher that dies (tools/launch_local.py,
+kill -9 included), it gets SIGUSR1 and serves on while its trainer saves and goes, then stops.
 
 Security: TensorFlow's gRPC server listens on every interface (0.0.0.0:PORT, whatever host the spec names; TF 2.21
 has no option to bind one address) and authenticates nobody: anyone who reaches the port can run TensorFlow ops in
@@ -20,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from absl import app
 from absl import flags
@@ -99,11 +101,13 @@ def Serve(stop_event=None, out=sys.stdout):
       if why:
         gone.append(why)
         stop_event.set()
+      elif _ORPHANED and (not lease.held or time.time() - _ORPHANED[0] > ORPHAN_GRACE_S):
+        stop_event.set()  # The launcher is gone, and its trainer has saved and gone too (or took too long).
 
   threading.Thread(target=Watch, daemon=True).start()
   while not stop_event.wait(0.5):  # Wakes up to let Python run the signal handlers.
     pass
-  if gone and not _SIGNALLED:  # A signal stops the worker, even as its trainer goes.
+  if gone and not _SIGNALLED and not _ORPHANED:  # A signal stops the worker, even as its trainer goes.
     print('lingpipe-worker %s: its trainer is gone (%s); restarting to release what it held.' % (
         remote.TaskName(FLAGS.job, FLAGS.task), gone[0]), file=out, flush=True)
     _RESTART.append(address)
@@ -114,6 +118,10 @@ def Serve(stop_event=None, out=sys.stdout):
 
 _RESTART = []  # The worker's address once Serve returned to restart (its trainer is gone).
 _SIGNALLED = []  # [True] once SIGTERM or SIGINT came.
+# The time the process that started this worker died (local_cluster.ORPHANED_SIGNAL): the worker serves on while a
+# trainer holds its lease, for that trainer's last save on its own SIGTERM, then stops.
+_ORPHANED = []
+ORPHAN_GRACE_S = 120.0
 
 
 def _ReExecute(address):
@@ -158,6 +166,7 @@ def main(argv):
   stop = threading.Event()
   for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda *unused: (_SIGNALLED.append(True), stop.set()))
+  signal.signal(signal.SIGUSR1, lambda *unused: _ORPHANED.append(time.time()))  # local_cluster.ORPHANED_SIGNAL
   return binary.RunUserErrorsAsOneLine('lingpipe-worker', lambda: Serve(stop), FLAGS.verbose)
 
 

@@ -179,3 +179,22 @@ def test_a_choice_made_on_workers_is_refused_on_too_few_and_said_on_a_different_
   assert 'It was chosen on 2 worker(s); this is 3 worker(s).' in capsys.readouterr().out
   pipeline_choice.Resolve(p.Copy(), 1, recorded_text=_WorkerRecord(2, 3), workers=3)
   assert 'It was chosen on' not in capsys.readouterr().out
+
+
+def test_a_keras_pipeline_refuses_an_open_batch_size_before_it_chooses(capsys):
+  """A dataset batched without drop_remainder has no batch size to pad to: refused before the trials (they ran,
+  then the first step refused it)."""
+  import keras  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import lingpipe.keras as lk  # pylint: disable=g-import-not-at-top
+  model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8), keras.layers.Dense(2)])
+  pipelined = lk.Pipeline(model, num_splits='auto', num_micro_batches='auto')
+  pipelined.compile(optimizer='adam', loss=keras.losses.MeanSquaredError())
+  data = tf.data.Dataset.from_tensor_slices((np.ones((10, 8), np.float32), np.zeros((10, 2), np.float32))).batch(4)
+  for call in (lambda: pipelined.fit(data, verbose=0), lambda: pipelined.evaluate(data, verbose=0),
+               lambda: pipelined.predict(data.map(lambda x, y: x), verbose=0)):
+    with pytest.raises(errors.ConfigError, match=r'the batch size is unknown .* Pass batch_size= to Pipeline, or '
+                       r'batch with drop_remainder=True\.'):
+      call()
+  assert 'Chosen for' not in capsys.readouterr().out  # No trial ran.

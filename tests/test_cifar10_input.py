@@ -104,7 +104,12 @@ def test_errors(tmp_path):
   with pytest.raises(errors.DataError, match='not a multiple of the 3073-byte record'):
     _All(_Params(split='test', data_dir=str(bad)))
   (tmp_path / 'test.npz').write_bytes(b'not a zip')
-  with pytest.raises(errors.DataError, match='is not a CIFAR-10 .npz'):
+  with pytest.raises(errors.DataError, match='is not a whole CIFAR-10 .npz'):
+    _All(_Params(split='test', data_dir=str(tmp_path)))
+  # Truncated: it opens as a zip (zipfile.BadZipFile was a traceback).
+  sample = os.path.join(os.path.dirname(input_generator.__file__), 'data', 'cifar10_sample', 'test.npz')
+  (tmp_path / 'test.npz').write_bytes(open(sample, 'rb').read()[:5000])
+  with pytest.raises(errors.DataError, match='is not a whole CIFAR-10 .npz .*truncated or damaged'):
     _All(_Params(split='test', data_dir=str(tmp_path)))
   with pytest.raises(errors.ConfigError, match="data_format must be one of .*Did you mean: pickle"):
     _Params(data_format='pickel').Instantiate()

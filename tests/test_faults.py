@@ -152,9 +152,27 @@ def test_killing_the_launcher_stops_its_trainer_and_workers(tmp_path, sig):
     launcher.send_signal(sig)
     assert launcher.wait(60) == (-sig if sig == signal.SIGKILL else 128 + sig)
     assert _WaitFor(lambda: not any(_Alive(c) for c in children), 60), [c for c in children if _Alive(c)]
+    # The trainer saved where it stopped and said so, killed launcher or not: its workers served its last save
+    # (a parent-death SIGUSR1), and its stderr was the launcher's own, not the launcher's filter pipe.
+    stderr = launcher.stderr.read()
+    said = re.search(r'lingpipe-train: terminated \(SIGTERM\) at step (\d+)', stderr)
+    assert said and os.path.exists(os.path.join(logdir, 'train', 'ckpt-%s.index' % said.group(1))), stderr
   finally:
     if launcher.poll() is None:
       launcher.kill()
+
+
+def test_a_launcher_that_ends_normally_leaves_nothing_and_says_nothing_of_its_workers(tmp_path):
+  """Its workers, stopped while they re-executed themselves after the trainer released them, read as failed
+  (-15, their logs kept) and left their restart markers in the temp folder."""
+  scratch = tmp_path / 'tmp'
+  scratch.mkdir()
+  done = subprocess.run([sys.executable, os.path.join(ROOT, 'tools', 'launch_local.py'), '--workers=2', '--',
+                         '--model=synthetic.DeepMlpGPipe', '--logdir=%s' % (tmp_path / 'run'), '--max_steps=20'],
+                        capture_output=True, text=True, timeout=300, env=dict(os.environ, TMPDIR=str(scratch)))
+  assert done.returncode == 0 and 'Saved checkpoint' in done.stdout, done.stderr
+  assert 'exited with' not in done.stderr, done.stderr
+  assert os.listdir(scratch) == []
 
 
 _DISK_FULL = '''

@@ -24,8 +24,12 @@ def _Train(capsys, logdir, max_steps, override=''):
 
 @pytest.mark.parametrize('override, expected', [
     ('input.batch_size=None', 'Param input.batch_size: None is not allowed; expected an int >= 1.'),
-    ('task.train.learning_rate=None', 'Param task.train.learning_rate: None is not allowed; expected a number > 0.'),
-    ('task.train.learning_rate=-1', 'Param task.train.learning_rate: -1.0 is not allowed; expected a number > 0.'),
+    ('task.train.learning_rate=None',
+     'Param task.train.learning_rate: None is not allowed; expected a finite number > 0.'),
+    ('task.train.learning_rate=-1',
+     'Param task.train.learning_rate: -1.0 is not allowed; expected a finite number > 0.'),
+    ('task.train.learning_rate=1e400',
+     'Param task.train.learning_rate: inf is not allowed; expected a finite number > 0.'),
     ('task.random_seed=abc', "Param task.random_seed: 'abc' is not allowed; expected None or an int."),
     ('task.dtype=tf.string', 'Param task.dtype: tf.string is not allowed; expected a floating-point dtype'),
     ('task.train.log_interval_steps=0', 'Param task.train.log_interval_steps: 0 is not allowed; expected an int >= 1.'),
@@ -193,7 +197,10 @@ def test_eval_and_export_of_a_run_use_its_recorded_task_params_and_say_so(capsys
     (lambda line: 'task.softmax.num_classes = [64' if line.startswith('task.softmax.num_classes ') else line,
      'task.softmax.num_classes = [64', "expected 'path : value'"),
     (lambda line: line + '\ngarbage line without colon' if line.startswith('task.name ') else line,
-     'garbage line without colon', "expected 'path : value'")])
+     'garbage line without colon', "expected 'path : value'"),
+    # A stray quote after a number: read as the string "0.003'", which eval left out without a word.
+    (lambda line: line + "'" if line.startswith('task.train.learning_rate ') else line,
+     "task.train.learning_rate : 0.003'", 'its value is not a Python literal')])
 def test_a_hand_edited_params_txt_that_does_not_parse_is_named_with_its_line(capsys, tmp_path, edit, shown, problem):
   """It was read as it was: eval called a param missing, a resume listed the garbage as a changed param."""
   logdir = str(tmp_path / 'run')

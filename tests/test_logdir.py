@@ -5,13 +5,18 @@ tests/test_faults.py runs the same faults through the binary, as a user meets th
 
 import errno
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.core import processes
 from lingpipe.logdir import checkpointer
 from lingpipe.logdir import logdir_lock
 from lingpipe.logdir import safe_write
@@ -61,6 +66,38 @@ def test_a_refused_run_leaves_no_logdir_and_no_lock(capsys, tmp_path, monkeypatc
     with logdir_lock.LogdirLock(str(logdir)):
       raise errors.ConfigError('refused')
   assert os.listdir(logdir) == ['mine.txt']  # Only what the run made is taken back.
+  # Two trainers started at the same moment: the one refused as busy made the LOCK (or the folder) the holder
+  # uses; the holder, refused next, takes back a logdir that holds nothing else.
+  os.remove(logdir / 'mine.txt')
+  open(logdir / logdir_lock.LOCK_FILE, 'w').close()
+  with pytest.raises(errors.ConfigError):
+    with logdir_lock.LogdirLock(str(logdir)):
+      raise errors.ConfigError('refused')
+  assert os.listdir(logdir) == []
+
+
+@pytest.mark.slow  # A child process imports lingpipe: about 4 s.
+def test_a_second_writer_says_the_holder_is_stopped(tmp_path):
+  logdir = str(tmp_path / 'run')
+  holder = subprocess.Popen([sys.executable, '-c', 'import sys, time\nfrom lingpipe.logdir import logdir_lock\n'
+                             'logdir_lock.LogdirLock(sys.argv[1]).__enter__()\nprint("held", flush=True)\n'
+                             'time.sleep(120)', logdir], stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'held'
+    os.kill(holder.pid, signal.SIGSTOP)
+    deadline = time.time() + 10
+    while not processes.Stopped(holder.pid) and time.time() < deadline:  # The kernel stops it in a moment.
+      time.sleep(0.01)
+    with pytest.raises(errors.LogdirBusyError) as e:
+      logdir_lock.LogdirLock(logdir).__enter__()
+    assert 'which is stopped (SIGSTOP or Ctrl-Z; it holds on without progress: `kill -CONT %d` resumes it' % (
+        holder.pid) in str(e.value), str(e.value)
+    os.kill(holder.pid, signal.SIGCONT)
+    with pytest.raises(errors.LogdirBusyError, match='which is running'):
+      logdir_lock.LogdirLock(logdir).__enter__()
+  finally:
+    holder.kill()
+    holder.wait()
 
 
 def test_a_tilde_in_a_path_flag_is_the_home_folder(capsys, tmp_path, monkeypatch):

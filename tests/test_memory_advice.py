@@ -2,14 +2,19 @@
 configuration that ran, and raises its predictions by as much as they were short where it said that one fits."""
 
 import io
+import os
 import re
 
 import pytest
 
+from lingpipe.core import byte_sizes
 from lingpipe.memory import calibration
 from lingpipe.memory import memory_advice
+from lingpipe.memory import memory_budget
+from lingpipe.memory import memory_cgroup
 from lingpipe.memory import memory_trials
 from lingpipe.memory import process_model
+from lingpipe.model import model_registry
 from lingpipe.runners import run_params
 
 _MIB = 2**20
@@ -94,3 +99,25 @@ def test_the_process_model_is_measured_in_parts_kept_side_by_side(tmp_path, monk
   assert process_model.Load() is None and calibration.LoadOrCalibrate(out, ('trainer',)) == local
   both = calibration.LoadOrCalibrate(out)
   assert runs == [0, 0, 2, 2] and both.trainer == local.trainer and both.worker is not None
+
+
+def test_a_calibration_that_measured_nothing_is_one_line_and_the_choice_goes_on(tmp_path, monkeypatch):
+  """Under a budget the trials' memory was not read (their trainer stayed in the caller's cgroup and ended before
+  it was sampled): a KeyError in Calibrate was the traceback of a first --pipeline=auto with --memory_limit."""
+  monkeypatch.setenv('LINGPIPE_CACHE', str(tmp_path))
+  monkeypatch.setattr(memory_trials, 'Run', lambda *args, **kwargs: memory_trials.Trial(
+      True, {}, 1.0, 'Saved checkpoint /tmp/x/train/ckpt-6'))
+  monkeypatch.setattr(memory_cgroup, 'OwnCgroup', lambda pid='self': (1, '/sys/fs/cgroup/memory'))
+  monkeypatch.setattr(memory_budget, 'Limit', lambda mesh=None, device_memory=None: 3 * 2**30)
+  out = io.StringIO()
+  p = model_registry.GetParams('synthetic.DeepMlpGPipe', 'Train')
+  budget, peak_of, what = calibration.LocalBudget(p, out=out)
+  assert budget == 3 * 2**30 and peak_of is not None and what == 'allocator peak'
+  lines = [line for line in out.getvalue().splitlines() if not line.startswith('Measuring what')]
+  assert lines == [
+      "Measuring this machine's process memory failed (nothing was kept): the trial of synthetic.DenseStack at 4 "
+      'layers under %s trained, but the memory of trainer could not be read from its cgroup (its last line: Saved '
+      "checkpoint /tmp/x/train/ckpt-6): the budget is compared with the devices' allocator peaks alone, which leave "
+      'out what TensorFlow itself holds (a few hundred MiB).' % byte_sizes.Format(memory_trials.Cap(
+          calibration._MemTotal()))], out.getvalue()  # pylint: disable=protected-access
+  assert process_model.Load() is None and not os.listdir(tmp_path)

@@ -116,6 +116,11 @@ def test_a_trainer_that_outgrows_its_budget_is_one_line_and_leaves_no_cgroup(tmp
                         capture_output=True, text=True, timeout=300)
   assert done.returncode == 0, done.stderr[-2000:]
   assert own_cgroup() == []
+  # Only a death by the budget leaves a verdict file in the temp folder (every run left one, never removed).
+  folder = os.path.dirname(memory_cgroup.VerdictPath(0))
+  for name in os.listdir(folder) if os.path.isdir(folder) else []:
+    verdict = memory_cgroup.Verdict(int(name.split('.')[0])) if name.split('.')[0].isdigit() else None
+    assert verdict is None or verdict['oom_killed'], (name, verdict)
 
 
 @pytest.mark.slow
@@ -195,4 +200,45 @@ def test_two_capped_workers_train_save_and_resume_a_model_the_capped_plain_proce
     resumed = subprocess.run(run + ['--max_steps=5'], capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert 'Resumed from %s at step 3.' % (tmp_path / 'k2' / 'train' / 'ckpt-3') in resumed.stdout
+    # A worker's peak is its charge without the page cache of the checkpoints it wrote: the rerun on the same
+    # workers reads as the first run did (the cgroup's usage read 1.00/1.50 GiB after two runs, 0.50 fresh).
+    peaks = [[float(x) for x in re.findall(r'task \d (\d\.\d\d)/', [
+        line for line in run_out.stdout.splitlines() if 'workers_peak' in line][-1])] for run_out in (first, resumed)]
+    assert all(abs(b - a) <= 0.1 * a for a, b in zip(*peaks)), peaks
   assert own_cgroup() == []
+
+
+@needs_cgroup
+@pytest.mark.slow  # The process model's calibration (two trials) and a choice: about 30 s.
+def test_a_first_choice_under_a_budget_measures_the_machine_outside_the_budget(tmp_path, own_cgroup):
+  """The calibration's trials started inside the trainer's budget, where their own was refused and their memory
+  was never read: a KeyError traceback at 700 MiB, 1.5 GiB and 3 GiB."""
+  env = dict(os.environ, LINGPIPE_CACHE=str(tmp_path / 'cache'), TMPDIR=str(tmp_path / 'tmp'))
+  os.makedirs(tmp_path / 'tmp')
+  done = subprocess.run(TRAINER + ['--model=synthetic.DeepMlpGPipe', '--logdir=%s' % (tmp_path / 'run'),
+                                   '--pipeline=auto', '--memory_limit=1.5GiB', '--max_steps=2'],
+                        capture_output=True, text=True, timeout=600, env=env)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert re.search(r'process memory: plain, 12 layers: planner \d+ MiB, measured \d+ MiB', done.stdout), done.stdout
+  assert 'process peak MiB' in done.stdout, done.stdout
+  assert json.load(open(tmp_path / 'cache' / 'process_memory.json'))
+  assert os.listdir(tmp_path / 'tmp') == []  # The trials' logdirs, and nothing else.
+  assert own_cgroup() == []
+
+
+def test_a_cgroup_limit_above_the_machines_memory_is_said_and_the_machines_memory_is_the_budget(monkeypatch):
+  """A container's limit set for a larger host (64 GiB on 23.5) was taken without a word, where --memory_limit=40GiB
+  is refused."""
+  from lingpipe.memory import memory_budget  # pylint: disable=g-import-not-at-top
+  container = memory_cgroup.Budget(64 * 2**30, 'its cgroup /sys/fs/cgroup/memory/docker', "the kernel's memory "
+                                   'cgroup (v1)', '/sys/fs/cgroup/memory/docker', 1)
+  monkeypatch.setattr(memory_budget, 'Inherited', lambda: container)
+  monkeypatch.setattr(byte_sizes, 'MachineMemory', lambda: 47 * 2**29)
+  budget, note = memory_budget._InheritedWithinMachine('lingpipe-train')  # pylint: disable=protected-access
+  assert budget.limit == 47 * 2**29 and budget.cgroup == container.cgroup and not budget.enforcement
+  assert note == ("lingpipe-train: note: the limit of its cgroup /sys/fs/cgroup/memory/docker (64.00 GiB) is above "
+                  "this machine's memory (23.50 GiB); the budget planned for is the machine's memory.")
+  monkeypatch.setattr(memory_budget, 'Current', lambda: None)  # A library process: no budget applied.
+  assert memory_budget.Limit() == 47 * 2**29
+  monkeypatch.setattr(byte_sizes, 'MachineMemory', lambda: 128 * 2**30)
+  assert memory_budget._InheritedWithinMachine('x') == (container, None)  # pylint: disable=protected-access

@@ -176,3 +176,13 @@ def test_errors():
     model.TransformerMT.Params().Set(name='mt').Instantiate()
   with pytest.raises(errors.DataFileNotFoundError, match='train_spm'):
     model.TransformerMT.Params().Set(name='mt', vocab_path='/nonexistent/spm.model').Instantiate()
+
+
+def test_decode_lengths_and_beams_are_checked_where_they_are_set():
+  """--mode=decode with task.max_decode_len=-5 was a traceback from tf.fill (export said it in one line)."""
+  p = model_registry.GetParams('mt.multilingual.TransformerGPipe', 'Test')
+  with pytest.raises(errors.ConfigError, match=r'^Param (task\.)?max_decode_len: -5 is not allowed; expected an int '
+                     r'>= 3\.$'):
+    p.task.max_decode_len = -5
+  with pytest.raises(errors.ConfigError, match=r'^Param (task\.)?beam_size: 0 is not allowed; expected an int >= 1\.$'):
+    p.task.beam_size = 0

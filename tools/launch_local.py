@@ -9,10 +9,11 @@ i mod #cores), waits until each is ready, runs the trainer with --cluster_spec s
 `--`, then stops the workers (SIGTERM). Exits with the trainer's status. Worker logs go to --log_dir (default: a
 temporary directory, printed, and removed at the end unless a worker exited with an error).
 
-Nothing outlives the launcher: SIGTERM, SIGINT or SIGHUP to it stops the trainer (SIGTERM; checkpoints are atomic,
-so a rerun resumes from the last one) and then the workers, and it exits with 128 + the signal; if it is killed
-outright (SIGKILL), Linux sends its children SIGTERM (a parent-death signal, local_cluster.ChildSetup). The children
-share its process group, so `kill -- -PGID` reaches all of them too.
+Nothing outlives the launcher: SIGTERM, SIGINT or SIGHUP to it stops the trainer (SIGTERM: it saves a checkpoint)
+and then the workers, and it exits with 128 + the signal. If it is killed outright (SIGKILL), Linux sends its
+children a parent-death signal (local_cluster.ChildSetup): SIGTERM to the trainer, which saves, and SIGUSR1 to the
+workers, which serve until the trainer has saved and gone, then stop. The children share its process group, so
+`kill -- -PGID` reaches all of them too.
 """
 
 import argparse
@@ -23,6 +24,7 @@ import sys
 
 
 from lingpipe import binary
+from lingpipe import native_log
 
 binary.QuietTool()  # Before TensorFlow loads (local_cluster imports it): its start-up notices stay off the terminal.
 
@@ -59,7 +61,10 @@ def main(argv=None):
       else:
         env.pop('TF_CONFIG', None)
         command.append('--cluster_spec=' + workers.spec_text)
-      trainer = subprocess.Popen(command + args.trainer_flags, preexec_fn=local_cluster.ChildSetup(), env=env)
+      # Its stderr is the launcher's own, not the launcher's filter pipe: it outlives a killed launcher to say
+      # where it saved.
+      trainer = subprocess.Popen(command + args.trainer_flags, preexec_fn=local_cluster.ChildSetup(), env=env,
+                                 stderr=native_log.TerminalFd())
       return WaitForTrainer(trainer)
   except errors.UserError as e:
     print('launch_local: error: %s' % e, file=sys.stderr)

@@ -6,6 +6,7 @@ naming the param and the value. So None, a negative rate or a zero interval is r
 run writes anything.
 """
 
+import math
 import numbers
 import re
 
@@ -37,7 +38,8 @@ def _IsInt(value):
 
 
 def _IsNumber(value):
-  return isinstance(value, numbers.Real) and not isinstance(value, bool) and value == value  # Not NaN.
+  """A finite real: NaN and +-inf (a literal such as 1e400 parses as inf) are no setting."""
+  return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _Bounds(low, high, low_open):
@@ -67,7 +69,7 @@ def Float(low=None, high=None, low_open=False):
       return False
     return high is None or v <= high
 
-  return Check(Allows, 'a number' + (' ' + bounds if bounds else ''))
+  return Check(Allows, 'a finite number' + (' ' + bounds if bounds else ''))
 
 
 def Positive():

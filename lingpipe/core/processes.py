@@ -42,3 +42,17 @@ def StartTime(pid='self'):
   """Process `pid`'s start time in clock ticks since boot, as text (None where /proc does not say)."""
   fields = _Stat(pid)
   return fields[19] if fields and len(fields) > 19 else None
+
+
+def Stopped(pid):
+  """Whether process `pid` of this host is stopped (SIGSTOP, Ctrl-Z, or a debugger): it holds what it holds, but
+  makes no progress until it gets SIGCONT."""
+  return State(pid) in ('T', 't')
+
+
+def Condition(pid):
+  """'which is running', or for a stopped process what it is and how to resume or end it."""
+  if Stopped(pid):
+    return ('which is stopped (SIGSTOP or Ctrl-Z; it holds on without progress: `kill -CONT %d` resumes it, '
+            '`kill %d` ends it)' % (pid, pid))
+  return 'which is running'

@@ -22,6 +22,7 @@ from lingpipe.core import errors
 from lingpipe.memory import memory_budget
 from lingpipe.memory import memory_cgroup
 from lingpipe.distributed import remote
+from lingpipe.distributed import worker_lease
 
 
 _MIN_WORKER_MEMORY = '512MiB'  # What a worker takes to start (TensorFlow and its server: about 300 MiB, measured).
@@ -56,17 +57,28 @@ _PRCTL = _Prctl()
 _PR_SET_PDEATHSIG = 1
 
 
-def ChildSetup(cores=None):
-  """A preexec_fn for child processes of this one: on Linux the child gets SIGTERM when this process dies, however
-  it dies (SIGKILL included; a parent-death signal), so no worker or trainer outlives its launcher; `cores` pins
-  it (like taskset)."""
+# The parent-death signal of a worker: it serves on until its trainer, stopped by its own SIGTERM, has saved and
+# gone (worker.py), where SIGTERM would take the variables the trainer's last save needs.
+ORPHANED_SIGNAL = signal.SIGUSR1
+
+
+def ChildSetup(cores=None, death_signal=signal.SIGTERM, cgroup_procs=None):
+  """A preexec_fn for child processes of this one: on Linux the child gets `death_signal` when this process dies,
+  however it dies (SIGKILL included; a parent-death signal), so no worker or trainer outlives its launcher; `cores`
+  pins it (like taskset); `cgroup_procs` (memory_cgroup.OutsideOwnBudget) moves it into that cgroup."""
   parent = os.getpid()
 
   def Setup():
+    if cgroup_procs:
+      fd = os.open(cgroup_procs, os.O_WRONLY)
+      try:
+        os.write(fd, str(os.getpid()).encode())
+      finally:
+        os.close(fd)
     if _PRCTL is not None:
-      _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+      _PRCTL(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
       if os.getppid() != parent:  # The parent died before the signal was armed.
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), death_signal)
     if cores is not None:
       os.sched_setaffinity(0, cores)
 
@@ -85,13 +97,13 @@ def WorkerArgs(spec_text, job, task, cpu_devices=1, threads=0, memory_limit=None
 class LocalCluster:
   """`num_workers` workers of job `job` on 127.0.0.1. pin_cores: a list of CPU core sets, one per worker (worker
   i runs on pin_cores[i], like `taskset`), or None. threads: intra- and inter-op threads per worker (0: TF's).
-  memory_limit: each worker's --memory_limit (e.g. '1.5GiB'), or None.
+  memory_limit: each worker's --memory_limit (e.g. '1.5GiB'), or None. cgroup_procs: a cgroup the workers start in.
 
   Worker logs go to log_dir; without one, to a temporary directory that Stop() removes when every worker exited
   cleanly (status 0) and keeps, saying where on stderr, when one did not, so a crash's log survives."""
 
   def __init__(self, num_workers, job='worker', cpu_devices=1, pin_cores=None, threads=0, log_dir=None,
-               ready_timeout_s=60.0, tf_config=False, memory_limit=None):
+               ready_timeout_s=60.0, tf_config=False, memory_limit=None, cgroup_procs=None):
     if num_workers < 1:
       raise errors.ConfigError('num_workers must be >= 1, got %d.' % num_workers)
     if memory_limit:  # One line here, not one per worker log; on GPUs it is each GPU's.
@@ -103,6 +115,7 @@ class LocalCluster:
               'their budgets at once, and the planner plans as if they could.' % (
                   num_workers, byte_sizes.Format(limit), byte_sizes.Format(total)), file=sys.stderr, flush=True)
     self.memory_limit = memory_limit
+    self.cgroup_procs = cgroup_procs  # Where the workers start (ChildSetup), e.g. outside this process's budget.
     self.num_workers, self.job, self.cpu_devices = num_workers, job, cpu_devices
     self.pin_cores, self.threads, self.ready_timeout_s = pin_cores, threads, ready_timeout_s
     self.owns_log_dir = not log_dir
@@ -137,7 +150,8 @@ class LocalCluster:
       self.processes[task] = subprocess.Popen(
           WorkerArgs(None if self.tf_config else self.spec_text, self.job, task, self.cpu_devices, self.threads,
                      self.memory_limit),
-          stdout=log, stderr=subprocess.STDOUT, preexec_fn=ChildSetup(cores), env=env)
+          stdout=log, stderr=subprocess.STDOUT, preexec_fn=ChildSetup(cores, ORPHANED_SIGNAL, self.cgroup_procs),
+          env=env)
     deadline = time.time() + self.ready_timeout_s
     while time.time() < deadline:
       if 'ready at' in self.Log(task):
@@ -192,10 +206,16 @@ class LocalCluster:
     return self
 
   def Stop(self):
-    """Stops every worker; returns their exit codes (None for one never started)."""
+    """Stops every worker; returns their exit codes (None for one never started; -SIGTERM for one this stopped
+    while it re-executed itself, before its handler was back)."""
+    running = [p is not None and p.poll() is None for p in self.processes]
     codes = [self.StopWorker(task) for task in range(self.num_workers)]
+    for task, process in enumerate(self.processes):
+      if process is not None:  # A worker stopped while it re-executed itself leaves its marker.
+        worker_lease.Ready(self.spec[self.job][task], process.pid)
     if self.owns_log_dir and os.path.isdir(self.log_dir):
-      failed = [task for task, code in enumerate(codes) if code not in (0, None)]
+      failed = [task for task, code in enumerate(codes)
+                if code not in (0, None) and not (running[task] and code == -signal.SIGTERM)]
       if failed:
         print('LocalCluster: worker(s) %s exited with %s; their logs are kept in %s' % (
             ', '.join(map(str, failed)), ', '.join(str(codes[t]) for t in failed), self.log_dir), file=sys.stderr)

@@ -65,6 +65,14 @@ def HolderGone(lease):
   return None
 
 
+def _HolderCondition(lease):
+  """How the lease's trainer is: 'which is running', or stopped (on this host, where /proc can say)."""
+  pid = lease.get('pid')
+  if lease.get('host') == socket.gethostname() and isinstance(pid, int):
+    return processes.Condition(pid)
+  return 'which is running'
+
+
 class Watcher:
   """In a worker: reads its own lease through `session` (to its own server) every BEAT_S; `Due()` says why the
   worker must restart (its trainer is gone), or None."""
@@ -74,20 +82,24 @@ class Watcher:
     with session.graph.as_default():
       self._read = tf.raw_ops.ReadVariableOp(resource=_Handle(_Cpu(task_name)), dtype=tf.string)
     self._last, self._changed = None, time.time()
+    self.held = False  # Whether a trainer that is not gone held the lease at the last Due().
 
   def Due(self):
     try:
       text = self._session.run(self._read).decode()
     except tf.errors.OpError:  # Never written: no trainer has come yet.
+      self.held = False
       return None
     now = time.time()
     if text != self._last:
       self._last, self._changed = text, now
     lease = _Lease(text)
+    self.held = bool(lease)
     if not lease:
       return None
     holder = 'lingpipe-train pid %s on %s' % (lease.get('pid'), lease.get('host'))
     gone = HolderGone(lease)
+    self.held = not gone
     if gone:
       return '%s: %s' % (holder, gone)
     if lease.get('host') == socket.gethostname():
@@ -131,10 +143,10 @@ def Claim(tasks, tcp_problem, worker_command, out=sys.stderr):
       if lease and not gone:
         if lease.get('host') == socket.gethostname() or (first_text is not None and text != first_text):
           raise errors.ClusterError(
-              'Worker %s at %s is in use by %s, which is running; a worker serves one trainer at a time. Wait for '
-              'that run to end (or stop it), or start other workers: %s. (--mode=eval, decode and inspect also run '
-              "without --cluster_spec, on this machine's own devices.)" % (
-                  task_name, address, holder, worker_command(task_name)))
+              'Worker %s at %s is in use by %s, %s; a worker serves one trainer at a time. Wait for that run to '
+              'end (or stop it), or start other workers: %s. (--mode=eval, decode and inspect also run without '
+              "--cluster_spec, on this machine's own devices.)" % (
+                  task_name, address, holder, _HolderCondition(lease), worker_command(task_name)))
         first_text = first_text or text
         note = ('is leased to %s on another host; waiting up to %d s to see whether it is still running' % (
             holder, STALE_S))
@@ -169,12 +181,13 @@ def MarkRestarting(address):
     pass
 
 
-def Ready(address):
-  """In a worker serving again: removes the marker MarkRestarting wrote (only one naming this process)."""
+def Ready(address, pid=None):
+  """In a worker serving again (or its launcher, once it stopped worker `pid`): removes the marker MarkRestarting
+  wrote, only where it names that process (default: this one)."""
   path = _MarkerPath(address.rsplit(':', 1)[-1])
   try:
     with open(path) as f:
-      if f.read().strip() != str(os.getpid()):
+      if f.read().strip() != str(pid or os.getpid()):
         return
     os.remove(path)
   except OSError:

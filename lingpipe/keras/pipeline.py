@@ -307,16 +307,19 @@ class Pipeline(pipeline_step.TrainStep, keras.Model):
   # the batch_size argument then (Keras's default, 32, for arrays).
   def fit(self, x=None, y=None, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
     placement.RefuseStrategyScope('fit')
+    self._RefuseOpenBatch(x)
     self.ChooseAt(x, batch_size or 32)
     self._NoteBatchSize(batch_size, x, training=True)
     return super().fit(x, y, batch_size, *args, **kwargs)
 
   def evaluate(self, x=None, y=None, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
+    self._RefuseOpenBatch(x)
     self.ChooseAt(x, batch_size or 32)
     self._NoteBatchSize(batch_size, x)
     return super().evaluate(x, y, batch_size, *args, **kwargs)
 
   def predict(self, x, batch_size=None, *args, **kwargs):  # pylint: disable=keyword-arg-before-vararg
+    self._RefuseOpenBatch(x)
     self.ChooseAt(x, batch_size or 32)
     self._NoteBatchSize(batch_size, x)
     return super().predict(x, batch_size, *args, **kwargs)

@@ -122,14 +122,24 @@ class TrainStep:
     moments.Update()
     return combine(results)
 
+  def _UnknownBatchSize(self):
+    return errors.ConfigError(
+        'lingpipe.keras.Pipeline %r: the batch size is unknown (a dataset batched without drop_remainder?), and '
+        'micro-batching needs it. Pass batch_size= to Pipeline, or batch with drop_remainder=True.' % self.name)
+
+  def _RefuseOpenBatch(self, x):
+    """A dataset of open batch size with none given is refused before anything runs ('auto' trials included),
+    not at its first padded step."""
+    if (isinstance(x, tf.data.Dataset) and self._batch_size is None
+        and tf.nest.flatten(x.element_spec)[0].shape[:1].as_list() == [None]):
+      raise self._UnknownBatchSize()
+
   def _PadToBatchSize(self, inputs, training):
     """Keras traces its step functions with the batch dimension open once it has seen two batch sizes (the last
     batch of an epoch is often smaller), and from the start for a dataset batched without drop_remainder."""
     size = self._batch_size
     if size is None:
-      raise errors.ConfigError(
-          'lingpipe.keras.Pipeline %r: the batch size is unknown (a dataset batched without drop_remainder?), and '
-          'micro-batching needs it. Pass batch_size= to Pipeline, or batch with drop_remainder=True.' % self.name)
+      raise self._UnknownBatchSize()
     if training and self._has_batch_norm:
       raise errors.ConfigError(
           'lingpipe.keras.Pipeline %r: a training batch of open size (Keras does this after a smaller last batch) '

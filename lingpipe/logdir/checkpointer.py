@@ -9,6 +9,8 @@ clear errors for checkpoints that cannot be used. Nothing a run did not write it
     to start over from step 0 and write new ckpt-N over the old ones); eval, decode and export read the disk.
   - the newest checkpoint corrupt or truncated: training moves its files into train/corrupt/ and resumes from the
     newest one that restores, saying so; eval, decode and export name that one for --checkpoint_path.
+  - the newest checkpoint diverged (its weights give a non-finite loss): training stops and moves its files into
+    train/diverged/, so the next run resumes from the one before and eval, decode and export never use it.
   - a checkpoint of another model: resuming requires an exact match (variable_restore.py); eval, decode and export
     require every variable of the task to be in the checkpoint and every task variable of the checkpoint to be in
     the model (`CheckTaskVariables`). Partial restores are only for init_from_checkpoint, where they are explicit.
@@ -30,7 +32,6 @@ from lingpipe.logdir import variable_restore
 PARAMS_FILE = 'params.txt'
 PENDING_PARAMS_FILE = 'params.pending.txt'
 TRAIN_DIR = 'train'
-CORRUPT_DIR = 'corrupt'
 INDEX_FILE = 'checkpoint'
 _CHECKPOINT_INDEX = re.compile(r'^(.+)-(\d+)\.index$')
 _DATA_SHARD = re.compile(r'\.data-(\d+)-of-(\d+)$')
@@ -299,20 +300,6 @@ def LatestCheckpoint(train_dir):
   and export use it while training may be writing."""
   complete, _ = Candidates(train_dir)
   return complete[0] if complete else None
-
-
-def Quarantine(prefix):
-  """Moves checkpoint `prefix`'s files into <its folder>/corrupt/ (kept for inspection); returns that folder."""
-  target = os.path.join(os.path.dirname(prefix), CORRUPT_DIR)
-  os.makedirs(target, exist_ok=True)
-  for path in CheckpointFiles(prefix):
-    destination = os.path.join(target, os.path.basename(path))
-    n = 1
-    while os.path.exists(destination):
-      destination = os.path.join(target, '%s.%d' % (os.path.basename(path), n))
-      n += 1
-    shutil.move(path, destination)
-  return target
 
 
 # -- restoring ---------------------------------------------------------------------------------------------------

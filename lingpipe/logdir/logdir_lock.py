@@ -13,10 +13,12 @@ import datetime
 import errno
 import fcntl
 import os
+import re
 import socket
 import sys
 
 from lingpipe.core import errors
+from lingpipe.core import processes
 
 LOCK_FILE = 'LOCK'
 
@@ -27,6 +29,14 @@ def _Holder(path):
       return f.read().strip()
   except OSError:
     return ''
+
+
+def _Condition(holder):
+  """'which is running', or stopped, of the holder recorded as 'pid N on host H ...' (where /proc can say)."""
+  m = re.match(r'^pid (\d+) on host (\S+) ', holder)
+  if m and m.group(2) == socket.gethostname():
+    return processes.Condition(int(m.group(1)))
+  return 'which is running'
 
 
 class LogdirLock:
@@ -56,10 +66,12 @@ class LogdirLock:
     except OSError as e:
       os.close(fd)
       if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-        holder = _Holder(self.path) or 'a process that has not yet recorded itself'
+        holder = _Holder(self.path)
         raise errors.LogdirBusyError(
             'Logdir %s is being trained by %s; nothing was changed. Wait for that run to finish or stop it, or use '
-            'another --logdir (--mode=eval, decode and export may run meanwhile).' % (self.logdir, holder)) from e
+            'another --logdir (--mode=eval, decode and export may run meanwhile).' % (
+                self.logdir, '%s, %s' % (holder, _Condition(holder)) if holder else
+                'a process that has not yet recorded itself')) from e
       print('Note: %s cannot be locked (%s); nothing stops a second trainer from writing this logdir.' % (
           self.path, os.strerror(e.errno)), file=self.out, flush=True)
       return self
@@ -75,20 +87,23 @@ class LogdirLock:
     return self
 
   def __exit__(self, exc_type, *unused):
+    if exc_type is not None and issubclass(exc_type, errors.UserError):
+      self._TakeBack()  # While the lock is held: no other writer is between its open and its flock of LOCK.
     if self._fd is not None:
       os.close(self._fd)  # Releases the lock; the file stays (its content is only read by a blocked writer).
       self._fd = None
-    if exc_type is not None and issubclass(exc_type, errors.UserError):
-      self._TakeBack()
 
   def _TakeBack(self):
-    """A run refused with a UserError leaves no trace of its own: the LOCK file it made, and the folders it made
-    where they are still empty (a run that wrote checkpoints before the error keeps them and their folders)."""
-    for path in reversed(self._made):
+    """A run refused with a UserError leaves no trace of its own: the LOCK file it made, or one that is all the
+    logdir holds (another trainer, refused at the same moment, made it), and the folders it made where they are
+    empty then (a run that wrote checkpoints before the error keeps them and their folders)."""
+    try:
+      if self.path in self._made or os.listdir(self.logdir) == [LOCK_FILE]:
+        os.remove(self.path)
+    except OSError:
+      return
+    for path in reversed([p for p in self._made if p != self.path]):
       try:
-        if path == self.path:
-          os.remove(path)
-        else:
-          os.rmdir(path)  # Only an empty folder.
+        os.rmdir(path)  # Only an empty folder.
       except OSError:
         return

@@ -18,9 +18,27 @@ _NOT_ADOPTED = ('task.train.', 'task.random_seed')
 _KEY = re.compile(r'^[A-Za-z_][\w.\[\]-]*$')
 
 
+_OPENERS = ('\'', '"', '[', '(', '{')
+# What params_text.EncodeValue writes besides Python literals: dtypes, classes, enum members, and a float's repr
+# that literal_eval does not read.
+_NAMED_VALUE = re.compile(r'^(tf\.\w+|type/[\w.]+/[\w.]+|enum/[\w.]+/[\w.]+/\w+|-?inf|nan)$')
+
+
+def _Written(value):
+  """Whether `value` has a form params_text.EncodeValue writes."""
+  if _NAMED_VALUE.match(value):
+    return True
+  try:
+    ast.literal_eval(value)
+  except (ValueError, SyntaxError, MemoryError, RecursionError):
+    return False
+  return True
+
+
 def Check(text, path):
   """Raises a one-line ConfigError naming the first line of recorded params `text` (from file `path`) that does
-  not parse: a line without ' : ' after a param path, or a value that opens a quote or bracket it never closes.
+  not parse: a line without ' : ' after a param path, or a value lingpipe does not write (an unclosed quote or
+  bracket, a stray quote after a number).
   lingpipe writes the file whole, so such a line was edited by hand; read as it is, it made eval call a param
   missing and a resume list the line as a changed param."""
   for number, line in enumerate(text.splitlines(), 1):
@@ -31,11 +49,9 @@ def Check(text, path):
     problem = None
     if not sep or not _KEY.match(key.strip()):
       problem = "expected 'path : value'"
-    elif value.strip()[:1] in ('\'', '"', '[', '(', '{'):
-      try:
-        ast.literal_eval(value.strip())
-      except (ValueError, SyntaxError):
-        problem = 'its value does not parse (an unclosed quote or bracket?)'
+    elif not _Written(value.strip()):
+      problem = ('its value does not parse (an unclosed quote or bracket?)' if value.strip()[:1] in _OPENERS
+                 else 'its value is not a Python literal, tf.<dtype>, type/... or enum/... (a stray quote?)')
     if problem:
       raise errors.ConfigError(
           '%s line %d does not parse: %r: %s. This file records how the run was trained and lingpipe writes it '

@@ -11,7 +11,9 @@ import datetime
 import json
 import sys
 
+from lingpipe.core import byte_sizes
 from lingpipe.core import cpu_kernels
+from lingpipe.core import errors
 from lingpipe.logdir import safe_write
 from lingpipe.memory import memory_budget
 from lingpipe.memory import memory_cgroup
@@ -61,20 +63,35 @@ def _MemTotal():
   return 8 * 2**30
 
 
+class CalibrationError(errors.UserError, RuntimeError):
+  """A calibration trial did not train, or its processes' memory could not be measured."""
+
+
+def _Measured(trial, processes, depth, cap):
+  """`trial`, if it trained and each of `processes` was measured; else raises CalibrationError."""
+  missing = [name for name in processes if not trial.peaks.get(name)]
+  if trial.ok and not missing:
+    return trial
+  raise CalibrationError('the trial of %s at %d layers under %s %s (its last line: %s)' % (
+      _WORKLOAD, depth, byte_sizes.Format(cap), 'did not train' if not trial.ok else
+      'trained, but the memory of %s could not be read from its cgroup' % ', '.join(missing), trial.line[-300:]))
+
+
 def Calibrate(out=sys.stdout, depths=(4, 12), worker_depths=(8, 20), parts=process_model.PARTS):
   """Measures `parts` of this machine (the trainer's about 40 s, the workers' about 2 minutes), keeps them beside
   the parts measured before, and returns the Calibration."""
-  cap, trainer_points, worker_points, clients = _MemTotal(), [], [], []
+  cap, trainer_points, worker_points, clients = memory_trials.Cap(_MemTotal()), [], [], []
   for depth in depths if 'trainer' in parts else ():
     override = '%s;task.num_layers=%d;%s' % (_SIZE, depth, _PLAIN)
-    trial = memory_trials.Run(_WORKLOAD, override, 0, cap, 6)
+    trial = _Measured(memory_trials.Run(_WORKLOAD, override, 0, cap, 6), ['trainer'], depth, cap)
     predicted = DevicePeaks(_WORKLOAD, override)[0]
     trainer_points.append((predicted, trial.peaks['trainer']))
     print('process memory: plain, %d layers: planner %.0f MiB, measured %.0f MiB' % (
         depth, predicted / 2**20, trial.peaks['trainer'] / 2**20), file=out, flush=True)
   for depth in worker_depths if 'workers' in parts else ():
     override = '%s;task.num_layers=%d;%s' % (_SIZE, depth, _K2)
-    trial = memory_trials.Run(_WORKLOAD, override, 2, cap, 6)
+    trial = _Measured(memory_trials.Run(_WORKLOAD, override, 2, cap, 6), ['trainer', 'worker 0', 'worker 1'],
+                      depth, cap)
     for cell, predicted in enumerate(DevicePeaks(_WORKLOAD, override)):
       worker_points.append((predicted, trial.peaks['worker %d' % cell]))
     clients.append((depth, trial.peaks['trainer']))
@@ -111,12 +128,17 @@ def LoadOrCalibrate(out=sys.stdout, parts=process_model.PARTS):
 
 
 def _Measurable(parts, out):
-  """This machine's Calibration of `parts`: the one kept, else measured now where this process has a memory cgroup
-  to measure processes by (LoadOrCalibrate); None without either."""
+  """(this machine's Calibration of `parts`, None; or None, why there is none): the one kept, else measured now where
+  this process has a memory cgroup to measure processes by (LoadOrCalibrate)."""
   calibration = process_model.Load(parts)
-  if calibration is None and memory_cgroup.OwnCgroup()[1] is not None:
-    calibration = LoadOrCalibrate(out, parts)
-  return calibration
+  if calibration is not None:
+    return calibration, None
+  if memory_cgroup.OwnCgroup()[1] is None:
+    return None, 'this machine has no memory cgroup to measure a process by'
+  try:
+    return LoadOrCalibrate(out, parts), None
+  except CalibrationError as e:  # The choice goes on with less, and the next run measures again.
+    return None, 'measuring this machine\'s process memory failed (nothing was kept): %s' % e
 
 
 def LocalBudget(p, device_memory=None, on_gpus=False, out=None):
@@ -131,10 +153,10 @@ def LocalBudget(p, device_memory=None, on_gpus=False, out=None):
     return budget, (lambda c: c.peak), 'device peak'
   replicas = max(1, p.cluster.num_replicas)
   devices_sum = lambda c: replicas * sum(cell.peak for cell in c.cells)
-  calibration = _Measurable(('trainer',), out)  # Local devices: one process.
+  calibration, why_not = _Measurable(('trainer',), out)  # Local devices: one process.
   if calibration is None:
-    print('This machine has no memory cgroup to measure a process by: the budget is compared with the devices\' '
-          'allocator peaks alone, which leave out what TensorFlow itself holds (a few hundred MiB).', file=out)
+    print('%s%s: the budget is compared with the devices\' allocator peaks alone, which leave out what TensorFlow '
+          'itself holds (a few hundred MiB).' % (why_not[0].upper(), why_not[1:]), file=out, flush=True)
     return budget, devices_sum, 'allocator peak'
   return budget, (lambda c: calibration.trainer.Peak(devices_sum(c))), 'process peak'
 
@@ -146,7 +168,10 @@ def WorkerBudget(mesh, device_memory=None, out=None):
   budget = memory_budget.Limit(mesh, device_memory)
   if budget is None:
     return None, None, 'worker peak'
-  calibration = _Measurable(('workers',), out)
+  calibration, why_not = _Measurable(('workers',), out)
   if calibration is None:
+    if why_not.startswith('measuring'):
+      print('%s%s: the workers\' budget is compared with their allocator peaks alone.' % (
+          why_not[0].upper(), why_not[1:]), file=out, flush=True)
     return budget, (lambda c: max(cell.peak for cell in c.cells)), 'worker allocator peak'
   return budget, (lambda c: max(calibration.worker.Peak(cell.peak) for cell in c.cells)), 'worker process peak'

@@ -44,12 +44,25 @@ def Apply(limit, name, supervise=False):
   return budget, note
 
 
-def _Apply(limit, name, supervise):
+def _InheritedWithinMachine(name):
+  """(Inherited(), a note or None): a cgroup limit above this machine's memory (a container's, set for a larger
+  host) stops nothing before the machine's memory runs out, so the budget is the machine's memory, said once."""
   inherited = Inherited()
+  total = byte_sizes.MachineMemory()
+  if inherited is None or total is None or inherited.limit <= total:
+    return inherited, None
+  note = ('%s: note: the limit of %s (%s) is above this machine\'s memory (%s); the budget planned for is the '
+          'machine\'s memory.' % (name, inherited.source, byte_sizes.Format(inherited.limit), byte_sizes.Format(total)))
+  return inherited._replace(limit=total, source="this machine's memory (below the limit of %s)" % inherited.source,
+                            enforcement=''), note
+
+
+def _Apply(limit, name, supervise):
+  inherited, above_machine = _InheritedWithinMachine(name)
   if limit is None:
     if inherited is not None:
       _StartGuard(inherited, name, remove=False)
-    return inherited, None
+    return inherited, above_machine
   if inherited is not None and inherited.limit < limit:
     return inherited, ('%s: note: --memory_limit=%s is above the limit of %s (%s), which stays the budget.' % (
         name, byte_sizes.Format(limit), inherited.source, byte_sizes.Format(inherited.limit)))
@@ -93,7 +106,7 @@ def Limit(mesh=None, device_memory=None):
     return byte_sizes.Parse(device_memory, '--device_memory') if isinstance(device_memory, str) else device_memory
   if mesh is not None and mesh.is_remote:
     return mesh.SmallestWorkerBudget()
-  own = Current() or Inherited()
+  own = Current() or _InheritedWithinMachine('lingpipe')[0]
   return own.limit if own else None
 
 

@@ -126,13 +126,31 @@ def Charge(pid):
   checkpoint) is left out, as the kernel reclaims that before it kills. Without a cgroup: its RSS. None if gone."""
   version, folder = OwnCgroup(pid)
   stat = _Read(os.path.join(folder, 'memory.stat')) if folder else None
-  if stat:
-    fields = dict(line.split() for line in stat.splitlines() if len(line.split()) == 2)
-    keys = ('rss', 'mapped_file') if version == 1 else ('anon', 'file_mapped')
-    if all(k in fields for k in keys):
-      return sum(int(fields[k]) for k in keys)
+  charge = StatCharge(stat, version) if stat else None
+  if charge is not None:
+    return charge
   m = re.search(r'^VmRSS:\s+(\d+) kB', _Read('/proc/%s/status' % pid) or '', re.M)
   return int(m.group(1)) * 1024 if m else None
+
+
+def StatCharge(stat, version):
+  """Anonymous memory plus mapped file pages, in bytes, from the text of a cgroup's memory.stat (None if it lacks
+  them): what Charge counts, leaving out the page cache a process merely wrote."""
+  fields = dict(line.split() for line in stat.splitlines() if len(line.split()) == 2)
+  keys = ('rss', 'mapped_file') if version == 1 else ('anon', 'file_mapped')
+  if not all(k in fields and fields[k].isdigit() for k in keys):
+    return None
+  return sum(int(fields[k]) for k in keys)
+
+
+def OutsideOwnBudget(budget):
+  """The cgroup.procs file of the cgroup holding `budget`'s, where lingpipe made that one for this process
+  (lingpipe-<pid>): a child written there runs outside this process's budget, as a measurement of the machine must
+  (memory_trials.py). None for no budget, or one this process inherited (a container's), which nothing escapes."""
+  if budget is None or not budget.cgroup or not os.path.basename(budget.cgroup).startswith(PREFIX):
+    return None
+  procs = os.path.join(os.path.dirname(budget.cgroup), 'cgroup.procs')
+  return procs if os.access(procs, os.W_OK) else None
 
 
 # -- making one ------------------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ status is the trainer's); for a worker and an inherited budget, a small process 
 When the kernel killed the process for its budget (the cgroup's oom_kill count rose), the guard prints one line on
 the stderr it shares with the process (the terminal of lingpipe-train, the log of a lingpipe-worker): what died,
 its budget and peak, the last checkpoint and a configuration that fits, as the process told it (memory_budget.Tell).
-It leaves the same facts as a verdict file that a trainer on this host reads to name a worker's death, and removes
-the cgroup the process made. It ignores the signals that stop the process, so it is there to say what happened.
+It leaves the same facts as a verdict file (<tmp>/lingpipe-memory-<uid>/<pid>.json, only after such a death; removed
+after a day) that a trainer on this host reads to name a worker's death, and removes the cgroup the process made.
+It ignores the signals that stop the process, so it is there to say what happened.
 
     python -m lingpipe.memory.memory_guard --pid=PID --budget=JSON --name=NAME [--remove]
 """
@@ -97,10 +98,12 @@ def Report(pid, budget, name, facts, oom_kills_before, remove):
   killed = (usage.get('oom_kills') or 0) > oom_kills_before
   verdict = dict(facts, oom_killed=killed, limit=budget.limit, source=budget.source, peak=usage.get('peak'),
                  time=time.time())
-  if killed:
-    print(_Message(name, budget, usage, facts), file=sys.stderr, flush=True)
   try:
-    _WriteVerdict(pid, verdict)
+    if killed:  # Only a death by the budget leaves a file: a reader waits a moment for one, then takes none as no.
+      print(_Message(name, budget, usage, facts), file=sys.stderr, flush=True)
+      _WriteVerdict(pid, verdict)
+    elif os.path.exists(memory_cgroup.VerdictPath(pid)):  # An earlier process's of the same pid.
+      os.remove(memory_cgroup.VerdictPath(pid))
   except OSError:
     pass
   if remove and budget.cgroup:

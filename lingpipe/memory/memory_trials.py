@@ -7,6 +7,7 @@ mapped memory, what its cgroup cannot reclaim) every 50 ms; it trained if the ru
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,8 +16,10 @@ import threading
 import time
 from typing import NamedTuple
 
-from lingpipe.memory import memory_cgroup
+from lingpipe.core import processes
 from lingpipe.distributed import local_cluster
+from lingpipe.memory import memory_budget
+from lingpipe.memory import memory_cgroup
 
 
 class Trial(NamedTuple):
@@ -58,17 +61,48 @@ class Sampler:
     self._thread.join()
 
 
+_TRIAL_DIR = re.compile(r'^lingpipe-trial-(\d+)-')
+
+
+def _TrialDir(scratch):
+  """A new folder for a trial's logdir, named by this process (lingpipe-trial-<pid>-*); those of processes that no
+  longer run (killed during a trial) are removed first."""
+  parent = scratch or tempfile.gettempdir()
+  try:
+    for name in os.listdir(parent):
+      m = _TRIAL_DIR.match(name)
+      if m and not processes.Alive(int(m.group(1))):
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+  except OSError:
+    pass
+  return tempfile.mkdtemp(dir=parent, prefix='lingpipe-trial-%d-' % os.getpid())
+
+
+def Cap(cap):
+  """The cap a trial can have here: `cap`, at most the limit of a cgroup this process inherited (a container's),
+  which its trials cannot leave (a budget lingpipe made for this process they do leave: _Outside)."""
+  inherited = memory_cgroup.Inherited()
+  if inherited is None or _Outside() or inherited.limit >= cap:
+    return cap
+  return inherited.limit
+
+
+def _Outside():
+  return memory_cgroup.OutsideOwnBudget(memory_budget.Current())
+
+
 def Run(model, override, workers, cap, steps, scratch=None):
   """Trains `model` with params `override` for `steps` steps: in one process (`workers` 0) or with a trainer beside
-  `workers` lingpipe-workers, every process under `cap` bytes. Returns a Trial."""
-  logdir = tempfile.mkdtemp(dir=scratch, prefix='trial-')
+  `workers` lingpipe-workers, every process under `cap` bytes (and outside this process's own budget: they measure
+  the machine). Returns a Trial."""
+  logdir = _TrialDir(scratch)
   command = [sys.executable, '-m', 'lingpipe.trainer', '--model=' + model, '--logdir=' + logdir,
              '--max_steps=%d' % steps, '--memory_limit=%d' % cap, '--model_params_override=' + override]
   start = time.time()
   try:
     if workers:
       with local_cluster.LocalCluster(workers, memory_limit=str(cap), log_dir=os.path.join(logdir, 'logs'),
-                                      ready_timeout_s=120) as cluster:
+                                      ready_timeout_s=120, cgroup_procs=_Outside()) as cluster:
         pids = {'worker %d' % t: p.pid for t, p in enumerate(cluster.processes)}
         return _Train(command + ['--cluster_spec=' + cluster.spec_text], pids, start)
     return _Train(command, {}, start)
@@ -81,13 +115,13 @@ def SaveRestoreEval(model, override, workers, cap, steps, scratch=None):
   with a save at the end ('train and save'), resuming to save again ('restore and save') and evaluating ('eval');
   None for a phase that failed. The trainer holds no variable: its peak should not grow with the model; a worker
   restores one variable at a time, so a model that trains also resumes."""
-  logdir = tempfile.mkdtemp(dir=scratch, prefix='trial-')
+  logdir = _TrialDir(scratch)
   base = [sys.executable, '-m', 'lingpipe.trainer', '--model=' + model, '--logdir=' + logdir,
           '--memory_limit=%d' % cap, '--model_params_override=' + override]
   peaks = {}
   try:
     with local_cluster.LocalCluster(workers, memory_limit=str(cap), log_dir=os.path.join(logdir, 'logs'),
-                                    ready_timeout_s=120) as cluster:
+                                    ready_timeout_s=120, cgroup_procs=_Outside()) as cluster:
       pids = {'worker %d' % t: p.pid for t, p in enumerate(cluster.processes)}
       spec = '--cluster_spec=' + cluster.spec_text
       for phase, extra in (('train and save', ['--max_steps=%d' % steps]),
@@ -101,7 +135,9 @@ def SaveRestoreEval(model, override, workers, cap, steps, scratch=None):
 
 
 def _Train(command, pids, start, done=None):
-  trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  # Ended with this process (a parent-death signal: the trial's guard passes it on), outside its budget.
+  trainer = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             preexec_fn=local_cluster.ChildSetup(cgroup_procs=_Outside()))
   deadline = time.time() + 30
   while not _Children(trainer.pid) and trainer.poll() is None and time.time() < deadline:
     time.sleep(0.02)  # Its guard (the process started) forks the trainer itself, in its budget.

@@ -1,6 +1,7 @@
 """What the trainer knows of its workers' memory: each one's budget (published in its identity, remote.py), its usage
-and peak (read by a TensorFlow op on the worker from its cgroup's files, or from /proc/self/status), and, when one
-dies, whether its budget killed it (its guard's verdict on this host, memory_guard.py; elsewhere its last usage).
+and peak (its cgroup's charge, read by a TensorFlow op on the worker from memory.stat, else its /proc/self/status),
+and, when one dies, whether its budget killed it (its guard's verdict on this host, memory_guard.py; elsewhere its
+last usage).
 """
 
 import re
@@ -21,35 +22,33 @@ def _Budget(mesh, task):
   return memory_cgroup.Budget(**memory) if memory else None
 
 
-def _Files(budget):
-  """(usage file, peak file) a worker's memory is read from: its cgroup's, else its /proc status."""
-  if budget is not None and budget.cgroup and budget.enforcement:
-    names = ('memory.usage_in_bytes', 'memory.max_usage_in_bytes') if budget.version == 1 else (
-        'memory.current', 'memory.peak')
-    return tuple('%s/%s' % (budget.cgroup, name) for name in names)
-  return ('/proc/self/status', '/proc/self/status')
+def _StatFile(budget):
+  """The memory.stat of a worker's cgroup, or None where it has none (then its /proc status is read)."""
+  return '%s/memory.stat' % budget.cgroup if budget is not None and budget.cgroup and budget.enforcement else None
 
 
 def _Bytes(text, field):
-  """Bytes in a cgroup file's text, or of `field` (VmRSS, VmHWM) in a /proc status."""
-  text = text.decode(errors='replace')
-  if text.strip().isdigit():
-    return int(text)
-  m = re.search(r'^%s:\s+(\d+) kB' % field, text, re.M)
+  """Bytes of `field` (VmRSS, VmHWM, RssAnon) in a /proc status's text."""
+  m = re.search(r'^%s:\s+(\d+) kB' % field, text.decode(errors='replace'), re.M)
   return int(m.group(1)) * 1024 if m else None
 
 
 def Read(mesh, task):
-  """{'limit', 'current', 'peak', 'anon'} bytes of worker `task` now (limit None without a budget; anon: its
-  process's anonymous memory); raises on failure."""
+  """{'limit', 'current', 'peak', 'anon', 'time'} of worker `task` now (limit None without a budget; anon: its
+  process's anonymous memory). In a cgroup, current is its charge (memory_cgroup.StatCharge: anonymous and mapped
+  memory, not the page cache of checkpoints it wrote, which the kernel reclaims first) and peak the same (Monitor
+  keeps the largest); else its VmRSS and VmHWM. Raises on failure."""
   budget = _Budget(mesh, task)
-  usage_file, peak_file = _Files(budget)
+  stat_file = _StatFile(budget)
   with tf.device('/job:%s/replica:0/task:%d/device:CPU:0' % (mesh.job, task)):
-    usage = tf.io.read_file(usage_file)
-    peak = usage if peak_file == usage_file else tf.io.read_file(peak_file)
-    status = usage if usage_file == '/proc/self/status' else tf.io.read_file('/proc/self/status')
-  return {'limit': budget.limit if budget else None, 'current': _Bytes(usage.numpy(), 'VmRSS'),
-          'peak': _Bytes(peak.numpy(), 'VmHWM'), 'anon': _Bytes(status.numpy(), 'RssAnon'), 'time': time.time()}
+    status = tf.io.read_file('/proc/self/status')
+    stat = tf.io.read_file(stat_file) if stat_file else None
+  status = status.numpy()
+  charge = memory_cgroup.StatCharge(stat.numpy().decode(errors='replace'), budget.version) if stat_file else None
+  current = charge if charge is not None else _Bytes(status, 'VmRSS')
+  return {'limit': budget.limit if budget else None, 'current': current,
+          'peak': current if charge is not None else _Bytes(status, 'VmHWM'), 'anon': _Bytes(status, 'RssAnon'),
+          'time': time.time()}
 
 
 def OwnAnonymousBytes():
@@ -99,9 +98,13 @@ class Monitor:
   def Poll(self):
     for task, _ in self.mesh.Tasks():
       try:
-        self.last[task] = Read(self.mesh, task)
+        report = Read(self.mesh, task)
       except (tf.errors.OpError, ValueError):
         continue
+      earlier = self.last.get(task)
+      if earlier and earlier['peak'] is not None and report['peak'] is not None:
+        report['peak'] = max(report['peak'], earlier['peak'])  # A charge's peak: the largest sampled.
+      self.last[task] = report
 
   def _Run(self):
     while not self._stop.wait(self.interval_s):

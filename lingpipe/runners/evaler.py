@@ -8,8 +8,10 @@ import tensorflow as tf
 from lingpipe.core import errors
 from lingpipe.distributed import cluster
 from lingpipe.runners import batch_function
+from lingpipe.runners import divergence
 from lingpipe.logdir import checkpointer
 from lingpipe.logdir import safe_write
+from lingpipe.logdir import set_aside
 from lingpipe.logdir import shared_logdir
 
 
@@ -67,8 +69,13 @@ def LoadTask(p, logdir, checkpoint_path=None, out=None):
     root = tf.train.Checkpoint(task=task) if export else tf.train.Checkpoint(step=step, task=task)
     if export and os.path.basename(export).isdigit():
       step.assign(int(os.path.basename(export)))
+    note = divergence.SetAsideNote(path)
+    if note:
+      raise errors.CheckpointError(note)
     try:
       checkpointer.Restore(root, path, exact_task=True)
+      divergence.CheckFinite(task.variables, 'Checkpoint %s' % path, 'its weights diverged; pass an earlier '
+                             'checkpoint with --checkpoint_path.')
       return task, int(step.numpy()), path
     except (checkpointer.VanishedCheckpointError, checkpointer.MissingCheckpointError):
       # Chosen from the disk a moment ago: a training run rotated it away since.
@@ -95,7 +102,7 @@ def _Alternative(root, corrupt):
       continue
     return ('The newest checkpoint that restores is %s: pass --checkpoint_path=%s to use it (rerunning training '
             'moves the damaged files to %s and resumes from it).' % (
-                os.path.basename(prefix), prefix, os.path.join(directory, checkpointer.CORRUPT_DIR)))
+                os.path.basename(prefix), prefix, os.path.join(directory, set_aside.CORRUPT_DIR)))
   return 'No other checkpoint in %s restores.' % directory
 
 
@@ -145,6 +152,13 @@ def Evaluate(p, logdir, checkpoint_path=None, out=None):
                            'drop_remainder?).' % (p.dataset, p.input.batch_size))
   metrics = {name: sums[name] / max(weights[name], 1e-12) for name in sums}
   metrics['num_examples'] = weights.get('loss', 0.0)
+  bad = divergence.NonFiniteMetrics(metrics)
+  if bad:  # Nothing is written: a metrics file of NaN would read as a result.
+    raise errors.NonFiniteLossError(
+        'Eval of %s at step %d (%s) on %s: %s not finite; nothing was written. The checkpoint\'s weights give a '
+        'non-finite loss (they diverged): evaluate an earlier one with --checkpoint_path.' % (
+            p.model, step, path, p.dataset, ', '.join('%s=%s' % (k, metrics[k]) for k in bad) + (
+                ' is' if len(bad) == 1 else ' are')))
   print('Eval of %s at step %d on %s (%d batches): %s' % (p.model, step, p.dataset, batches, ' '.join(
       '%s=%.4f' % kv for kv in sorted(metrics.items()))), file=out, flush=True)  # Before writing: never lost.
   eval_dir = os.path.join(logdir, 'eval_%s' % p.dataset.lower())

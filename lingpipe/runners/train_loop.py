@@ -19,11 +19,13 @@ from lingpipe.distributed import remote
 from lingpipe.distributed import watchdog as watchdog_lib
 from lingpipe.memory import worker_memory
 from lingpipe.runners import batch_function
+from lingpipe.runners import divergence
 from lingpipe.logdir import checkpointer
 from lingpipe.runners import init_from_checkpoint
 from lingpipe.runners import interrupt
 from lingpipe.logdir import recorded_params
 from lingpipe.logdir import safe_write
+from lingpipe.logdir import set_aside
 from lingpipe.logdir import shared_logdir
 
 
@@ -116,13 +118,12 @@ class TrainLoop:
     when too many were skipped in a row."""
     skipped, in_a_row = int(self.loss_scale.skipped.numpy()), int(out.skipped_in_a_row.numpy())
     limit = self.p.task.train.loss_scaling.max_skipped_in_a_row
-    if in_a_row >= limit:
-      latest = self.manager.latest_checkpoint
-      raise errors.NonFiniteLossError(
-          'Step %d: %d steps in a row had non-finite gradients (loss %s, last loss scale %g); stopped. The last '
-          'good checkpoint is %s. Lower task.train.learning_rate, set task.train.clip_gradient_norm_to_value, or '
-          'compute in bfloat16 (task.fprop_dtype).' % (step + 1, in_a_row, loss, float(out.loss_scale.numpy()),
-                                                      latest or 'none (no checkpoint was written yet)'))
+    if in_a_row >= limit:  # The weights of `step` give non-finite gradients at every scale tried.
+      raise divergence.Stopped(
+          self.train_dir, step, 'Step %d: %d steps in a row had non-finite gradients (loss %s, last loss scale '
+          '%g); stopped without applying them.' % (step + 1, in_a_row, loss, float(out.loss_scale.numpy())),
+          'lower task.train.learning_rate, set task.train.clip_gradient_norm_to_value, or compute in bfloat16 '
+          '(task.fprop_dtype)')
     self.Print('step %d skipped: non-finite gradients at loss scale %g, now %g (%d skipped in all).' % (
         step + 1, float(out.loss_scale.numpy()), float(self.loss_scale.scale.numpy()), skipped))
 
@@ -174,7 +175,7 @@ class TrainLoop:
       try:
         self._RestoreFrom(prefix, input_changes)
       except checkpointer.CorruptCheckpointError as e:
-        folder = checkpointer.Quarantine(prefix)
+        folder = set_aside.Quarantine(prefix)
         self.Print('%s Moved its files to %s.' % (e, folder))
         corrupt.append(prefix)
         continue
@@ -192,7 +193,7 @@ class TrainLoop:
           'No checkpoint in %s restores: %s moved to %s. Training would start over from step 0; if that is what '
           'you want, move %s aside (or use another --logdir) and rerun.' % (
               self.train_dir, ', '.join(os.path.basename(p) for p in corrupt),
-              os.path.join(self.train_dir, checkpointer.CORRUPT_DIR), self.train_dir))
+              os.path.join(self.train_dir, set_aside.CORRUPT_DIR), self.train_dir))
     self.manager = tf.train.CheckpointManager(self.checkpoint, self.train_dir,
                                               max_to_keep=self.p.task.train.checkpoints_to_keep,
                                               checkpoint_name='ckpt')
@@ -225,12 +226,15 @@ class TrainLoop:
 
   def Save(self):
     """Writes a checkpoint; with this run's first one, params.txt and the task's asset files (params.txt changes
-    only once the checkpoint is complete: checkpointer.StageParams)."""
+    only once the checkpoint is complete: checkpointer.StageParams). Weights that are not finite are not saved."""
+    step = int(self.global_step.numpy())
+    with self._NameDeadWorkers('Checking the weights before saving'):
+      divergence.CheckFinite(self.task.variables, 'The model after step %d' % step, 'not saved; %s, and with a '
+                             'lower task.train.learning_rate it trains on.' % self.ResumeHint())
     if not self.params_staged:
       staged = checkpointer.StageParams(self.logdir, self.p, self.resumed_step)
       for path in self.task.AssetFiles():
         safe_write.CopyAtomically(path, os.path.join(self.train_dir, os.path.basename(path)), 'asset')
-    step = int(self.global_step.numpy())
     try:
       with self._NameDeadWorkers('Saving a checkpoint'):
         saved = self.manager.save(checkpoint_number=self.global_step, options=checkpointer.Options())
@@ -319,12 +323,9 @@ class TrainLoop:
       if not finite and self.loss_scale is not None:
         self._Skipped(step, loss, out)
         continue
-      if not finite:
-        latest = self.manager.latest_checkpoint
-        raise errors.NonFiniteLossError(
-            'Step %d: loss %s, gradient norm %s is not finite; stopped without applying it. The last good '
-            'checkpoint is %s. Lower task.train.learning_rate or set task.train.clip_gradient_norm_to_value.' % (
-                step, loss, float(out.grad_norm.numpy()), latest or 'none (no checkpoint was written yet)'))
+      if not finite:  # `step` counts the steps applied: this one is step + 1, from the weights of `step`.
+        raise divergence.Stopped(self.train_dir, step, 'Step %d: loss %s, gradient norm %s is not finite; stopped '
+                                 'without applying it.' % (step + 1, loss, float(out.grad_norm.numpy())))
       step += 1
       interrupt.SetUnsaved(True)
       if start_time is None:  # Measure speed after the first step, which includes tracing.

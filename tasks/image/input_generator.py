@@ -13,6 +13,8 @@ per-channel normalization. Deterministic for a given seed.
 import glob
 import os
 import pickle
+import zipfile
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -70,9 +72,9 @@ def ReadNpz(path):
   try:
     with np.load(path, allow_pickle=False) as data:
       images, labels = data['x'], data['y']
-  except (OSError, ValueError, KeyError) as e:
-    raise errors.DataError('%s is not a CIFAR-10 .npz with arrays x (N, 32, 32, 3) uint8 and y: %s' % (path, e)) \
-        from e
+  except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as e:  # Truncated, damaged.
+    raise errors.DataError('%s is not a whole CIFAR-10 .npz with arrays x (N, 32, 32, 3) uint8 and y (truncated or '
+                           'damaged?): %s' % (path, e)) from e
   return _Check(path, images, labels)
 
 

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from lingpipe.core import context
 from lingpipe.core import errors
+from lingpipe.core import param_checks
 from lingpipe.core import serving
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.gpipe import pipelining_layer
@@ -48,9 +49,10 @@ class TransformerMT(base_task.BaseTask):
     p.Define('network', pipelining_layer.PipeliningLayer.Params().Set(num_splits=2, num_micro_batches=4),
              'The pipeline: PipeliningLayer Params (num_splits, num_micro_batches, remat, balance, schedule); '
              'its layers are set from the T(L, H, A) params above. Every task names its pipeline `network`.')
-    p.Define('beam_size', 4, 'Beam size of decoding (1: greedy).')
+    p.Define('beam_size', 4, 'Beam size of decoding (1: greedy).', check=param_checks.Int(1))
     p.Define('length_alpha', 0.6, 'Length normalization ((5 + length) / 6)^alpha of beam scores.')
-    p.Define('max_decode_len', 64, 'Most target tokens a decode produces.')
+    p.Define('max_decode_len', 64, 'Most target tokens a decode produces (an export\'s sources take this many less '
+             'the language tag and </s>).', check=param_checks.Int(3))
     return p
 
   def __init__(self, params):
