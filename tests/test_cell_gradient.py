@@ -10,6 +10,7 @@ from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorfl
 from lingpipe.gpipe.engine import cell_gradient
 from lingpipe.gpipe.engine import gradient_sums
 from lingpipe.gpipe.engine import tensor_lists
+from lingpipe.layers import linear
 import pipeline_test_util as util
 
 
@@ -82,12 +83,22 @@ def _CountingGradient(monkeypatch, op_type):
 def test_each_layers_gradient_is_built_once_under_every_policy(policy, monkeypatch):
   """Under 'always' the last micro-batch of each cell is taped (its backward comes next on its device) and the
   others re-compute: both use the one gradient TensorFlow builds for the cell's function. Before, the re-computing
-  backward traced the layers again and built their gradients a second time."""
+  backward traced the layers again and built their gradients a second time. The four layers are of one kind, so
+  their gradient is the one of their shared function (layer_functions.py), built once for both cells, where the
+  backward re-computes."""
   built = _CountingGradient(monkeypatch, 'Tanh')
   _, pipe = util.Pair(util.Tanh(4), num_splits=2, num_micro_batches=4, remat=policy)
   x = tf.constant(np.random.RandomState(2).normal(size=(8, 8)), tf.float32)
   util.LossAndGrads(pipe, x)
-  assert len(built) == 4, built
+  shared = policy != 'never'  # Under 'never' the layers run unrolled (pipelining_layer.py says why).
+  assert len(built) == (1 if shared else 4), built
+  # Two kinds of two layers and one layer of a kind of its own: one gradient each.
+  built.clear()
+  wider = linear.ProjectionLayer.Params().Set(input_dim=8, output_dim=16, activation='tanh')
+  _, pipe = util.Pair(util.Tanh(2) + [wider] + util.Tanh(2, dim=16), num_splits=1, num_micro_batches=4,
+                      remat=policy)
+  util.LossAndGrads(pipe, x)
+  assert len(built) == (3 if shared else 5), built
 
 
 def _SavedCase(seed):

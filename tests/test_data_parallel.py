@@ -157,7 +157,9 @@ def test_replica_r_runs_on_its_own_row_of_the_mesh():
   graph_def = tf.function(Step, autograph=False).get_concrete_function(batch).graph.as_graph_def()
   backward = {}
   for function in graph_def.library.function:
-    matmul_devices = {n.device[-5:] for n in function.node_def if n.op == 'MatMul'}
+    # The layers' work: their MatMuls, or the calls of the function their kind shares (layer_functions.py).
+    matmul_devices = {n.device[-5:] for n in function.node_def if n.op == 'MatMul' or (
+        n.op.endswith('PartitionedCall') and 'Body' in n.attr['f'].func.name)}
     if matmul_devices and 'Step' in function.signature.name:  # The re-computing backward of a (cell, replica).
       assert len(matmul_devices) == 1, matmul_devices
       backward[function.signature.name] = matmul_devices.pop()

@@ -193,7 +193,9 @@ def test_cell_variables_and_gradients_live_on_their_devices():
   graph_def = util.StepGraph(pipe, _Input())
   devices = {}
   for function in graph_def.library.function:
-    matmul_devices = {n.device for n in function.node_def if n.op == 'MatMul'}
+    # The layers' work: their MatMuls, or the calls of the function their kind shares (layer_functions.py).
+    matmul_devices = {n.device for n in function.node_def
+                      if n.op == 'MatMul' or (n.op.endswith('PartitionedCall') and 'Body' in n.attr['f'].func.name)}
     if matmul_devices and 'Step' in function.signature.name:  # The re-computing backward functions.
       assert len(matmul_devices) == 1, matmul_devices
       devices[function.signature.name] = matmul_devices.pop()

@@ -9,6 +9,7 @@ traced, so the trainer traces separate functions for training and evaluation:
 
 import contextlib
 import threading
+import zlib
 
 import tensorflow as tf
 
@@ -17,7 +18,7 @@ from lingpipe.core import errors
 _STATE = threading.local()
 # Each entry: a stack of values, innermost last, with its value outside any block.
 _DEFAULTS = {'training': False, 'step_seed': None, 'micro_batch': None, 'bn_stats': None, 'exporting': False,
-             'replica': 0, 'real_rows': None}
+             'replica': 0, 'real_rows': None, 'layer_seeds': None}
 
 
 def _Current(name):
@@ -68,6 +69,30 @@ def StepSeedValue():
 def MicroBatch(index):
   """Within this block, the computation is for micro-batch `index` (an int or int tensor) of a pipeline."""
   return _Push('micro_batch', index)
+
+
+def CurrentMicroBatch():
+  """The index given to the innermost MicroBatch block (an int or int tensor), or None outside any."""
+  return _Current('micro_batch')
+
+
+def LayerSeeds(seeds):
+  """Within this block, the layers whose path `seeds` ({path: int64 scalar}) names draw their random masks from
+  that seed instead of their own (LayerSeed): a layer traced once for several layers of its kind
+  (gpipe/engine/layer_functions.py) draws each one's masks."""
+  return _Push('layer_seeds', seeds)
+
+
+def StaticLayerSeed(layer):
+  """`layer`'s own seed of its random masks, from its random_seed and path."""
+  return (layer.params.random_seed * 1000003 + zlib.crc32(layer.path.encode('utf-8'))) & 0x7FFFFFFF
+
+
+def LayerSeed(layer):
+  """StaticLayerSeed as an int64 scalar, or the one LayerSeeds gives `layer` (traced for another layer)."""
+  seeds = _Current('layer_seeds')
+  given = None if seeds is None else seeds.get(layer.path)
+  return given if given is not None else tf.constant(StaticLayerSeed(layer), tf.int64)
 
 
 def CurrentStepSeed():

@@ -47,6 +47,7 @@ class BaseOptimizer(tf.Module):
     """Applies one update; returns the op group. Slots must have been built."""
     updates = []
     t = self.iterations.assign_add(1)
+    scalars = {}  # The step's scalars once per (device, dtype), not once per variable: the trace grows less.
     for grad, var in zip(grads, variables):
       if grad is None:
         continue
@@ -54,15 +55,22 @@ class BaseOptimizer(tf.Module):
       if key not in self.slots:
         raise errors.ConfigError('Optimizer has no slots for %s: call Build(variables) first.' % var.name)
       with tf.device(var.device):  # Beside the variable and its slots, whatever the caller's device scope.
-        updates.append(self._Update(grad, var, self.slots[key], tf.cast(learning_rate, var.dtype),
-                                    tf.cast(t, var.dtype)))
+        where = (var.device, var.dtype)
+        if where not in scalars:
+          scalars[where] = self._Scalars(tf.cast(learning_rate, var.dtype), tf.cast(t, var.dtype), var.dtype)
+        updates.append(self._Update(grad, var, self.slots[key], scalars[where]))
     return tf.group(updates)
+
+  def _Scalars(self, lr, t, dtype):
+    """What every variable's update of this step and dtype reads: {'lr': ..., 't': ...} and the optimizer's own."""
+    del dtype  # Used by subclasses.
+    return {'lr': lr, 't': t}
 
   def SlotsOf(self, var):
     """{slot name: slot variable} of `var`."""
     return self.slots[_SlotKey(var)]
 
-  def _Update(self, grad, var, slots, lr, t):
+  def _Update(self, grad, var, slots, scalars):
     raise NotImplementedError
 
 
@@ -78,8 +86,8 @@ class SGD(BaseOptimizer):
     p.Define('nesterov', False, 'Use Nesterov momentum.')
     return p
 
-  def _Update(self, grad, var, slots, lr, t):
-    p = self.params
+  def _Update(self, grad, var, slots, scalars):
+    p, lr = self.params, scalars['lr']
     if not p.momentum:
       return var.assign_sub(lr * grad)
     m = slots['momentum'].assign(p.momentum * slots['momentum'] + grad)
@@ -101,19 +109,25 @@ class Adam(BaseOptimizer):
     p.Define('weight_decay', 0.0, 'Decoupled weight decay (AdamW); 0 for Adam.', check=param_checks.Float(0))
     return p
 
-  def _Update(self, grad, var, slots, lr, t):
+  def _Scalars(self, lr, t, dtype):
+    p = self.params
+    beta1_power, beta2_power = tf.pow(tf.cast(p.beta1, dtype), t), tf.pow(tf.cast(p.beta2, dtype), t)
+    return {'lr': lr, 'beta1_power': beta1_power, 'beta2_power': beta2_power, 'beta1': tf.cast(p.beta1, dtype),
+            'beta2': tf.cast(p.beta2, dtype), 'epsilon': p.epsilon * tf.sqrt(1.0 - beta2_power),
+            'decay': lr * p.weight_decay if p.weight_decay else None}
+
+  def _Update(self, grad, var, slots, scalars):
     # w -= lr * (m_hat / (sqrt(v_hat) + epsilon) + weight_decay * w), by TensorFlow's fused kernel, which updates m,
     # v and w in place (element-wise Python ops would hold several temporaries of each variable's size at once).
     # The kernel computes lr_t * m / (sqrt(v) + epsilon_t); with lr_t = lr * sqrt(1 - beta2^t) / (1 - beta1^t) and
     # epsilon_t = epsilon * sqrt(1 - beta2^t) that is the formula above.
-    p = self.params
-    beta1_power, beta2_power = tf.pow(tf.cast(p.beta1, var.dtype), t), tf.pow(tf.cast(p.beta2, var.dtype), t)
-    decay = [var.assign_sub(lr * p.weight_decay * var)] if p.weight_decay else []  # On the weights before the step.
+    s = scalars
+    decay = [var.assign_sub(s['decay'] * var)] if s['decay'] is not None else []  # On the weights before the step.
     with tf.control_dependencies(decay):
       return tf.raw_ops.ResourceApplyAdam(
-          var=var.handle, m=slots['m'].handle, v=slots['v'].handle, beta1_power=beta1_power,
-          beta2_power=beta2_power, lr=lr, beta1=tf.cast(p.beta1, var.dtype), beta2=tf.cast(p.beta2, var.dtype),
-          epsilon=p.epsilon * tf.sqrt(1.0 - beta2_power), grad=tf.cast(grad, var.dtype), use_locking=False)
+          var=var.handle, m=slots['m'].handle, v=slots['v'].handle, beta1_power=s['beta1_power'],
+          beta2_power=s['beta2_power'], lr=s['lr'], beta1=s['beta1'], beta2=s['beta2'], epsilon=s['epsilon'],
+          grad=tf.cast(grad, var.dtype), use_locking=False)
 
 
 def AdamW(weight_decay=0.01):
@@ -134,8 +148,8 @@ class RMSProp(BaseOptimizer):
     p.Define('epsilon', 1e-10, 'Added inside the square root.', check=param_checks.Positive())
     return p
 
-  def _Update(self, grad, var, slots, lr, t):
-    p = self.params
+  def _Update(self, grad, var, slots, scalars):
+    p, lr = self.params, scalars['lr']
     ms = slots['ms'].assign(p.decay * slots['ms'] + (1.0 - p.decay) * tf.square(grad))
     step = grad * tf.math.rsqrt(ms + p.epsilon)
     if p.momentum:

@@ -159,8 +159,14 @@ class PipeliningLayer(base_layer.BaseLayer):
         self._cell_params, self._mesh, self.path))
     object.__setattr__(self, '_moving_stats', None)  # {path: layer} of batch norm's targets (Pipe), made once.
     object.__setattr__(self, '_cell_layers', [self.CellLayers(k) for k in range(self._num_cells)])
+    # One function per kind of layer (layer_functions.py) in GPipe's schedule where the backward re-computes. Under
+    # remat 'never' its forward keeps its activations on a saved stack, whose backward held up to 1.9x the weights
+    # beside two busy processes with shared functions (1.3x unrolled); the interleaved schedules order a device's
+    # inline actions by control edges, which an inlined call's ops do not keep (their measured timeline left the
+    # plan's order in one run of three).
     object.__setattr__(self, 'functions', cell_functions.CellFunctions(
-        self._cell_layers, self._mesh, self._cell_params, p.batch_dim, self._gradient_sums))
+        self._cell_layers, self._mesh, self._cell_params, p.batch_dim, self._gradient_sums,
+        share_layers=p.schedule == 'gpipe' and p.remat != 'never'))
 
   # -- structure
   # -----------------------------------------------------------------------------------------------

@@ -126,6 +126,8 @@ class _KerasMovingStats:
 class KerasLayer(base_layer.BaseLayer):
   """Runs a Keras layer (a Layer, or a keras.Model standing for a piece of a functional model) statelessly."""
 
+  SHARES_TRACE = False  # Its Keras layer reads its own variables: the pipeline runs it as it is (layer_functions).
+
   @classmethod
   def Params(cls):
     p = super().Params()

@@ -4,8 +4,6 @@ The deterministic mode draws its mask with stateless random ops from (layer seed
 re-computation of the forward (re-materialization) drops exactly the units the first forward dropped.
 """
 
-import zlib
-
 import tensorflow as tf
 
 from lingpipe.core import base_layer
@@ -16,8 +14,7 @@ from lingpipe.core import errors
 def MaskSeed(layer):
   """The stateless seed of `layer`'s random masks: from its random_seed and path, and the step seed (step,
   micro-batch, replica), so a re-computed forward draws the same masks."""
-  layer_seed = (layer.params.random_seed * 1000003 + zlib.crc32(layer.path.encode('utf-8'))) & 0x7FFFFFFF
-  return tf.stack([tf.constant(layer_seed, tf.int64), context.CurrentStepSeed()])
+  return tf.stack([context.LayerSeed(layer), context.CurrentStepSeed()])
 
 
 class DropoutLayer(base_layer.BaseLayer):

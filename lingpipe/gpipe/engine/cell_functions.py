@@ -15,6 +15,7 @@ from lingpipe.gpipe import timeline
 from lingpipe.gpipe.engine import cell_gradient
 from lingpipe.gpipe.engine import executor
 from lingpipe.gpipe.engine import gradient_sums
+from lingpipe.gpipe.engine import layer_functions
 from lingpipe.gpipe.engine import remat
 
 
@@ -27,12 +28,15 @@ def _SeedGraph():
   return seed.graph if isinstance(seed, tf.Tensor) and tf.is_symbolic_tensor(seed) else None
 
 
-def RunCell(cell_layers, k, inputs):
-  """Cell k's layers (`cell_layers[k]`) on `inputs`, one after another, where the caller placed them."""
+def RunCell(cell_layers, k, inputs, functions=None):
+  """Cell k's layers (`cell_layers[k]`) on `inputs`, one after another, where the caller placed them; with
+  `functions` (layer_functions.LayerFunctions), each layer whose kind the cell holds more than once as a call of
+  its kind's traced function (not while exporting)."""
+  shared = functions.Shared(cell_layers[k]) if functions is not None and not context.IsExporting() else ()
   x = inputs
   for i, layer in enumerate(cell_layers[k]):
     try:
-      x = layer.FProp(x)
+      x = functions.Call(layer, x) if id(layer) in shared else layer.FProp(x)
     except AttributeError as e:
       if i == 0 and k > 0 and 'NestedMap has no field' in str(e):
         raise errors.ConfigError('Cell %d (%s) cannot use the output of cell %d (%s): %s' % (
@@ -54,10 +58,12 @@ class CellFunctions:
   """The functions of a PipeliningLayer's cells: `cell_layers[k]` are cell k's layers, `mesh[r][k]` its device in
   replica r, `cell_params[k]` its cell_params.CellParams and `sums[r][k]` its gradient_sums.GradientSums."""
 
-  def __init__(self, cell_layers, mesh, cell_params, batch_dim, sums):
+  def __init__(self, cell_layers, mesh, cell_params, batch_dim, sums, share_layers=True):
     self._cell_layers, self._mesh, self._cell_params, self._batch_dim = cell_layers, mesh, cell_params, batch_dim
     self._sums = sums
     self._num_cells = len(mesh[0])
+    # Layers of a kind run as calls of one function (layer_functions.py), unless `share_layers` is False.
+    self._layer_functions = layer_functions.LayerFunctions() if share_layers else None
     self.cache = {}  # {what a trace bakes in: its tf.function}
 
   def Body(self, k, r, training, inputs, micro_batch_index, params, collector, padding=None):
@@ -67,7 +73,7 @@ class CellFunctions:
     with tf.device(self._mesh[r][k]), context.Training(training), context.MicroBatch(micro_batch_index), \
         context.CollectBatchNormStats(collector), self._RealRows(padding, micro_batch_index), \
         base_layer.VariablesAs(self._cell_layers[k], self._cell_params[k].Values(params, CopyOf(r))):
-      return RunCell(self._cell_layers, k, inputs)
+      return RunCell(self._cell_layers, k, inputs, self._layer_functions)
 
   def RunAlone(self, r, inputs):
     """The one cell of replica r on `inputs`, on its device, reading its variables as they are: a pipeline of one

@@ -76,8 +76,10 @@ class CellGradient:
       # (a table) is pushed like an activation, by reference, rather than copied into the graph at
       # each call site.
       small = lambda t: t.op.type == 'Const' and t.shape.num_elements() <= 1024
-      same = [tf.get_static_value(t) if small(t) else position.get(t.ref())
-              for t in concrete.graph.outputs[num_outputs:]]
+      # What a call of a layer's function (layer_functions.py) saves of its own arguments (its weights) is
+      # that argument: seen through the call, a weight is not pushed per micro-batch.
+      saved = [_PassedThrough(t, concrete.graph) for t in concrete.graph.outputs[num_outputs:]]
+      same = [tf.get_static_value(t) if small(t) else position.get(t.ref()) for t in saved]
       self._pairs[concrete.name] = _Pair(concrete, forward, num_outputs, backward, list(backward.captured_inputs),
                                          same)
     return self._pairs[concrete.name]
@@ -167,6 +169,27 @@ class CellGradient:
     grads, token = self._saved_backwards[key](_OutputGrads(pair, upstream), _Captures(pair, saved), token)
     return [(tf.zeros_like(x) if g is None else g) if w else None
             for x, g, w in zip(flat_inputs, grads, remat.WantsGrad(flat_inputs, wanted))], token
+
+
+def _PassedThrough(t, graph):
+  """The tensor of `graph` that `t` is unchanged: through Identity ops, and through the outputs of function calls
+  that return one of their arguments (a constant inside a call stays as it is there)."""
+  while True:
+    if t.op.type == 'Identity':
+      t = t.op.inputs[0]
+      continue
+    if t.op.type not in ('PartitionedCall', 'StatefulPartitionedCall'):
+      return t
+    inner = graph._get_function(t.op.get_attr('f').name)  # pylint: disable=protected-access
+    inner_graph = getattr(inner, 'graph', None)
+    if inner_graph is None:
+      return t
+    through = _PassedThrough(inner_graph.outputs[t.value_index], inner_graph)
+    arguments = [x.ref() for x in inner_graph.inputs]
+    if through.ref() in arguments:
+      t = t.op.inputs[arguments.index(through.ref())]
+      continue
+    return through if through.op.type == 'Const' else t
 
 
 def _OutputGrads(pair, upstream):
