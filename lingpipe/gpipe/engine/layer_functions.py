@@ -56,7 +56,7 @@ class LayerFunctions:
 
   def __init__(self):
     self._kinds = {}  # {layer path: its _Kind}
-    self._functions = {}  # {(kind, baked context): (template layer, tf.function)}
+    self._functions = {}  # {(kind, baked context): tf.function}
 
   def Shared(self, layers):
     """The layers of `layers` whose kind occurs more than once among them."""
@@ -75,14 +75,14 @@ class LayerFunctions:
     real_rows, collector = context.CurrentRealRows(), context.CurrentBatchNormStats()
     baked = (context.IsTraining(), context.CurrentReplica(), step_seed is None, micro_batch is None,
              None if real_rows is None else real_rows[0], collector is None)
-    template, function = self._Function(layer, baked)
+    function = self._Function(layer, baked)
     values = [tf.convert_to_tensor(getattr(sub, name)) for sub, name in _Slots(layer)]
     seeds = tf.constant([context.StaticLayerSeed(sub) for sub in layer.Walk()], tf.int64)
     scalars = [tf.cast(x, tf.int64) for x in (step_seed, micro_batch) if x is not None] + (
         [tf.cast(real_rows[1], tf.int32)] if real_rows is not None else [])
     # The inputs pass through ops made here, under the caller's control dependencies (a timeline's start stamp):
     # once the call is inlined, its own control edges no longer hold its ops (timeline._Clock).
-    inputs = tf.nest.map_structure(tf.identity, inputs)
+    inputs = tf.nest.map_structure(lambda t: t if t is None else tf.identity(t), inputs)
     outputs, moments = function(inputs, values, seeds, scalars)
     subs = list(layer.Walk())
     for index, part in moments.items():
@@ -90,9 +90,10 @@ class LayerFunctions:
     return outputs
 
   def _Function(self, layer, baked):
+    """The tf.function of `layer`'s kind in context `baked`, traced with the first layer of the kind it met."""
     key = (self._KindOf(layer), baked)
     if key not in self._functions:
-      self._functions[key] = (layer, tf.function(_Body(layer, baked), autograph=False))
+      self._functions[key] = tf.function(_Body(layer, baked), autograph=False)
     return self._functions[key]
 
 
