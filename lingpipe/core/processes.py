@@ -2,6 +2,7 @@
 pid from the process that held it)."""
 
 import os
+import socket
 
 
 def _Stat(pid):
@@ -50,8 +51,11 @@ def Stopped(pid):
   return State(pid) in ('T', 't')
 
 
-def Condition(pid):
-  """'which is running', or for a stopped process what it is and how to resume or end it."""
+def Condition(pid, host=None):
+  """'which is running', or for a stopped process what it is and how to resume or end it. A process of another
+  `host` (a name as socket.gethostname() gives it) is taken as running: this host's /proc cannot say."""
+  if host is not None and host != socket.gethostname():
+    return 'which is running'
   if Stopped(pid):
     return ('which is stopped (SIGSTOP or Ctrl-Z; it holds on without progress: `kill -CONT %d` resumes it, '
             '`kill %d` ends it)' % (pid, pid))

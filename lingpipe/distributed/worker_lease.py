@@ -65,14 +65,6 @@ def HolderGone(lease):
   return None
 
 
-def _HolderCondition(lease):
-  """How the lease's trainer is: 'which is running', or stopped (on this host, where /proc can say)."""
-  pid = lease.get('pid')
-  if lease.get('host') == socket.gethostname() and isinstance(pid, int):
-    return processes.Condition(pid)
-  return 'which is running'
-
-
 class Watcher:
   """In a worker: reads its own lease through `session` (to its own server) every BEAT_S; `Due()` says why the
   worker must restart (its trainer is gone), or None."""
@@ -146,7 +138,8 @@ def Claim(tasks, tcp_problem, worker_command, out=sys.stderr):
               'Worker %s at %s is in use by %s, %s; a worker serves one trainer at a time. Wait for that run to '
               'end (or stop it), or start other workers: %s. (--mode=eval, decode and inspect also run without '
               "--cluster_spec, on this machine's own devices.)" % (
-                  task_name, address, holder, _HolderCondition(lease), worker_command(task_name)))
+                  task_name, address, holder, processes.Condition(lease.get('pid'), lease.get('host')),
+                  worker_command(task_name)))
         first_text = first_text or text
         note = ('is leased to %s on another host; waiting up to %d s to see whether it is still running' % (
             holder, STALE_S))

@@ -34,9 +34,7 @@ def _Holder(path):
 def _Condition(holder):
   """'which is running', or stopped, of the holder recorded as 'pid N on host H ...' (where /proc can say)."""
   m = re.match(r'^pid (\d+) on host (\S+) ', holder)
-  if m and m.group(2) == socket.gethostname():
-    return processes.Condition(int(m.group(1)))
-  return 'which is running'
+  return processes.Condition(int(m.group(1)), m.group(2)) if m else 'which is running'
 
 
 class LogdirLock:

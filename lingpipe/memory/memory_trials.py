@@ -82,9 +82,7 @@ def Cap(cap):
   """The cap a trial can have here: `cap`, at most the limit of a cgroup this process inherited (a container's),
   which its trials cannot leave (a budget lingpipe made for this process they do leave: _Outside)."""
   inherited = memory_cgroup.Inherited()
-  if inherited is None or _Outside() or inherited.limit >= cap:
-    return cap
-  return inherited.limit
+  return cap if inherited is None or _Outside() else min(cap, inherited.limit)
 
 
 def _Outside():

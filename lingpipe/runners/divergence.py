@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from lingpipe.core import errors
+from lingpipe.logdir import checkpointer
 from lingpipe.logdir import set_aside
 
 _ADVICE = 'lower task.train.learning_rate or set task.train.clip_gradient_norm_to_value'
@@ -23,7 +24,7 @@ def Stopped(train_dir, step, what, advice=_ADVICE):
                  'run resumes from, evaluates or exports them.' % (step, folder))
   if good:
     parts.append('The last good checkpoint is %s (step %s), where a rerun trains on: %s first.' % (
-        good, good.rsplit('-', 1)[-1], advice))
+        good, checkpointer.Step(good), advice))
   else:
     parts.append('No good checkpoint was written, so a rerun starts from step 0: %s first.' % advice)
   return errors.NonFiniteLossError(' '.join(parts))

@@ -76,15 +76,15 @@ class LayerFunctions:
     baked = (context.IsTraining(), context.CurrentReplica(), step_seed is None, micro_batch is None,
              None if real_rows is None else real_rows[0], collector is None)
     function = self._Function(layer, baked)
+    subs = list(layer.Walk())
     values = [tf.convert_to_tensor(getattr(sub, name)) for sub, name in _Slots(layer)]
-    seeds = tf.constant([context.StaticLayerSeed(sub) for sub in layer.Walk()], tf.int64)
+    seeds = tf.constant([context.StaticLayerSeed(sub) for sub in subs], tf.int64)
     scalars = [tf.cast(x, tf.int64) for x in (step_seed, micro_batch) if x is not None] + (
         [tf.cast(real_rows[1], tf.int32)] if real_rows is not None else [])
     # The inputs pass through ops made here, under the caller's control dependencies (a timeline's start stamp):
     # once the call is inlined, its own control edges no longer hold its ops (timeline._Clock).
     inputs = tf.nest.map_structure(lambda t: t if t is None else tf.identity(t), inputs)
     outputs, moments = function(inputs, values, seeds, scalars)
-    subs = list(layer.Walk())
     for index, part in moments.items():
       collector.Add(subs[int(index)], part)
     return outputs
