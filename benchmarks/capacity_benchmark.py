@@ -64,6 +64,9 @@ CONFIGS = {
                     "task.network.remat='never'"),
     'pipeline-1': Config('Pipeline-1 (K=1, M planned, remat)', 0,
                          "task.network.num_splits=1;task.network.remat='always'", planned_micro_batches=True),
+    # Re-computed one layer at a time (layer_remat.py): each layer's input is kept, one layer's activations live.
+    'pipeline-1-layer': Config('Pipeline-1 (K=1, M planned, per layer)', 0,
+                               "task.network.num_splits=1;task.network.remat='per_layer'", planned_micro_batches=True),
     # M=4 holds a gradient sum beside the weights where M=1 is the plain model: what the planner picks for the
     # dense stack.
     'pipeline-1-m4': Config('Pipeline-1 (K=1, M=4, remat)', 0, 'task.network.num_splits=1;'

@@ -60,7 +60,7 @@ def _AssertGradsClose(expected, actual):
 
 
 @pytest.mark.parametrize('k,m,remat', [(1, 1, 'always'), (2, 4, 'always'), (2, 3, 'never'), (4, 8, 'except_last'),
-                                       (3, 2, 'always'), (4, 1, 'never')])
+                                       (3, 2, 'always'), (4, 1, 'never'), (2, 4, 'per_layer'), (1, 1, 'per_layer')])
 def test_a_pipelined_sequential_has_the_plain_models_loss_and_gradients(k, m, remat):
   plain = _Mlp(seed=k * 10 + m)
   pipelined = lk.Pipeline(plain, num_splits=k, num_micro_batches=m, remat=remat)
@@ -71,7 +71,8 @@ def test_a_pipelined_sequential_has_the_plain_models_loss_and_gradients(k, m, re
   _AssertGradsClose(grads, pipelined_grads)
 
 
-@pytest.mark.parametrize('k,m,remat', [(2, 4, 'always'), (3, 2, 'never'), (4, 6, 'except_last'), (1, 12, 'always')])
+@pytest.mark.parametrize('k,m,remat', [(2, 4, 'always'), (3, 2, 'never'), (4, 6, 'except_last'), (1, 12, 'always'),
+                                       (2, 3, 'per_layer')])
 @pytest.mark.slow
 def test_a_functional_model_is_cut_where_it_narrows_and_stays_transparent(k, m, remat):
   plain = _Transformer(seed=3)

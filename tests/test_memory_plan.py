@@ -12,6 +12,7 @@ from lingpipe.core import memory_stats
 from lingpipe.core import optimizer
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.gpipe import pipelining_layer
+from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe.planner import memory_plan
 from lingpipe.gpipe.planner import ranking
 from lingpipe.gpipe.planner import saved_activations
@@ -57,8 +58,8 @@ def test_what_a_backward_reads_from_inside_a_layer_is_traced():
 def test_predictions_follow_the_policies_and_the_split():
   layers = memory_plan.DescribeLayers(_Mlp(8, 64), [256, 64])
   peak = {remat: max(c.peak for c in memory_plan.CellMemories(layers, [4, 4], 4, remat))
-          for remat in ('always', 'except_last', 'never')}
-  assert peak['always'] <= peak['except_last'] < peak['never']
+          for remat in schedule_lib.REMAT_POLICIES}
+  assert peak['always'] <= peak['except_last'] < peak['never'] and peak['per_layer'] < peak['never']
   one = memory_plan.CellMemories(layers, [8], 4, 'never')[0].peak
   assert max(c.peak for c in memory_plan.CellMemories(layers, [4, 4], 4, 'never')) < 0.7 * one
   adam = memory_plan.CellMemories(layers, [4, 4], 4, 'always', slots=memory_plan.OptimizerSlots(
@@ -88,16 +89,17 @@ def test_re_materialization_is_taken_only_where_its_twin_does_not_fit():
   peak, and ranked first it ran slower. It is taken only for memory."""
   cell = lambda peak: memory_plan.CellMemory(cell=0, weights=peak, gradients=0, slots=0, stash=0, working=0)
   twins = [memory_plan.Candidate('gpipe', remat, 1, 1, (4,), (cell(peak),), 0.0, 1.0)
-           for remat, peak in (('always', 10), ('except_last', 12), ('never', 20))]
+           for remat, peak in (('always', 10), ('except_last', 12), ('never', 20), ('per_layer', 6))]
   assert ranking.Recommend(twins, 100).remat == 'never'
   assert ranking.Recommend(twins, 20).remat == 'except_last'  # 'never' does not fit 90% of 20
   assert ranking.Recommend(twins, 12).remat == 'always'
+  assert ranking.Recommend(twins, 10).remat == 'per_layer'  # Re-computes as much as 'always', one layer at a time.
   assert [c.remat for c in ranking.Fitting(twins, lambda c: True)] == ['never']
   other = twins[0]._replace(num_micro_batches=2)  # Another M is no twin.
   assert [c.remat for c in ranking.Fitting(twins + [other], lambda c: True)] == ['never', 'always']
 
 
-@pytest.mark.parametrize('remat', ['always', 'except_last', 'never'])
+@pytest.mark.parametrize('remat', schedule_lib.REMAT_POLICIES)
 @pytest.mark.slow
 def test_prediction_bounds_the_measured_peak_closely(remat):
   """One process: every logical device uses one allocator and the weights exist before the step, so the step's
@@ -240,7 +242,7 @@ def test_inspect_prints_the_prediction_for_the_pipelines_own_k_and_m():
   out = io.StringIO()
   inspector.PrintCells(pipe, out, slots=2)
   rows = [line.split() for line in out.getvalue().splitlines() if line.startswith('gpipe ')]
-  assert [(r[1], r[2], r[3]) for r in rows] == [('always', '2', '4'), ('except_last', '2', '4'), ('never', '2', '4')]
+  assert [(r[1], r[2], r[3]) for r in rows] == [(remat, '2', '4') for remat in schedule_lib.REMAT_POLICIES]
   assert '2 optimizer slot(s) per weight' in out.getvalue()
   assert 'give --device_memory (or workers with --memory_limit) to see whether it fits' in out.getvalue()
   assert not [line for line in out.getvalue().splitlines() if line.endswith(('fits', ' yes', ' no'))]

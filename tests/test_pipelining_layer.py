@@ -8,6 +8,7 @@ from lingpipe.core import context
 from lingpipe.core import errors
 from lingpipe.core.nested_map import NestedMap
 from lingpipe.gpipe import pipelining_layer
+from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.layers import batch_norm
 from lingpipe.layers import dropout
 from lingpipe.layers import linear
@@ -50,7 +51,7 @@ def test_without_loops_the_passes_unroll_with_the_same_gradients():
   util.AssertClose(util.LossAndGrads(plain, x), unrolled_result)
 
 
-@pytest.mark.parametrize('policy', ['always', 'except_last', 'never'])
+@pytest.mark.parametrize('policy', schedule_lib.REMAT_POLICIES)
 def test_transparency_for_every_remat_policy_with_nested_map_skip_fields(policy):
   layers = [util.SkipProjection.Params().Set(dim=4) for _ in range(6)]
   plain, pipe = util.Pair(layers, num_splits=3, num_micro_batches=4, remat=policy)
@@ -93,6 +94,9 @@ def test_deterministic_dropout_is_reproduced_by_the_recompute():
   _, recomputed = util.Pair(layers, num_splits=2, num_micro_batches=4, remat='always')
   _, stored = util.Pair(layers, num_splits=2, num_micro_batches=4, remat='never')
   util.AssertClose(util.LossAndGrads(stored, x, step=5), util.LossAndGrads(recomputed, x, step=5))
+  # Re-computed layer by layer, in the backward, outside the forward's blocks: the same masks again.
+  _, by_layer = util.Pair(layers, num_splits=2, num_micro_batches=4, remat='per_layer')
+  util.AssertClose(util.LossAndGrads(stored, x, step=5), util.LossAndGrads(by_layer, x, step=5))
 
 
 class _PerMicroBatch:
@@ -122,7 +126,7 @@ def _ResetAverages(*bns):
     bn.moving_variance.assign(tf.ones_like(bn.moving_variance))
 
 
-@pytest.mark.parametrize('policy', ['always', 'never'])
+@pytest.mark.parametrize('policy', ['always', 'never', 'per_layer'])
 def test_batch_norm_normalizes_micro_batches_and_updates_averages_once_from_the_whole_batch(policy):
   plain, pipe = util.Pair(_BatchNormStack(decay=0.9), num_splits=2, num_micro_batches=4, remat=policy)
   x = _Input(batch=16)
@@ -221,7 +225,8 @@ def test_errors():
     util.LossAndGrads(pipe, x)
   with pytest.raises(errors.ConfigError, match='num_splits 5 is larger than the number of layers 4'):
     util.Pair(util.Tanh(4), num_splits=5)
-  with pytest.raises(errors.ConfigError, match=r"remat must be one of always, except_last, never, got 'alway'"):
+  with pytest.raises(errors.ConfigError,
+                     match=r"remat must be one of always, except_last, never, per_layer, got 'alway'"):
     util.Pair(util.Tanh(4), remat='alway')
   with pytest.raises(errors.ConfigError, match='set exactly one of cell_tpl'):
     pipelining_layer.PipeliningLayer.Params().Set(name='p').Instantiate()

@@ -61,7 +61,9 @@ def _Plain(layer, x, loss_inputs):
 
 @pytest.mark.parametrize('schedule,k,m,remat,v', [
     ('gpipe', 3, 5, 'never', 1), ('1f1b', 3, 3, 'except_last', 1), ('interleaved_1f1b', 2, 4, 'never', 2),
-    ('zero_bubble', 2, 4, 'always', 1)])
+    ('zero_bubble', 2, 4, 'always', 1), ('gpipe', 2, 4, 'per_layer', 1), ('gpipe', 1, 1, 'per_layer', 1),
+    ('gpipe', 1, 3, 'per_layer', 1), ('1f1b', 3, 3, 'per_layer', 1), ('interleaved_1f1b', 2, 4, 'per_layer', 2),
+    ('zero_bubble', 2, 4, 'per_layer', 1)])
 def test_one_training_call_gives_the_plain_token_weighted_loss_and_gradients(schedule, k, m, remat, v):
   plain, pipe = util.Pair(util.Tanh(6, dim=_DIM), num_splits=k, num_micro_batches=m, remat=remat,
                           schedule=schedule, virtual_stages=v)

@@ -171,6 +171,21 @@ def CurrentBatchNormStats():
   return _Current('bn_stats')
 
 
+def Snapshot():
+  """Every block's current value, to re-enter later (Restored): a backward built outside its forward's blocks
+  re-computes the forward as it ran (same branch, seeds, micro-batch and rows)."""
+  return {name: _Current(name) for name in _DEFAULTS}
+
+
+@contextlib.contextmanager
+def Restored(snapshot, **replaced):
+  """Within this block, the values of `snapshot` (Snapshot), with those `replaced` (e.g. bn_stats=...)."""
+  with contextlib.ExitStack() as stack:
+    for name, value in dict(snapshot, **replaced).items():
+      stack.enter_context(_Push(name, value))
+    yield
+
+
 def Exporting():
   """Within this block, layers build a single-device inference graph (a pipeline runs its layers in order)."""
   return _Push('exporting', True)

@@ -43,7 +43,6 @@ from lingpipe.gpipe import cell_params
 from lingpipe.gpipe import schedule as schedule_lib
 from lingpipe.gpipe.engine import cell_functions
 from lingpipe.gpipe.engine import gradient_sums
-from lingpipe.gpipe.engine import remat
 from lingpipe.gpipe.engine import step
 from lingpipe.gpipe.planner import layer_times
 from lingpipe.gpipe.planner import partition
@@ -84,7 +83,8 @@ class PipeliningLayer(base_layer.BaseLayer):
              'otherwise such a batch is an error.')
     p.Define('remat', 'always', "Re-materialization: 'always' re-computes each cell's forward in the backward; "
              "'except_last' stores the last micro-batch's activations (its backward starts at once); 'never' "
-             "stores all activations; 'auto'.")
+             "stores all activations; 'per_layer' stores each layer's input and re-computes one layer at a time in "
+             "the backward (a cell's backward holds one layer's activations); 'auto'.")
     p.Define('schedule', 'gpipe', "Pipeline schedule: one of %s, or 'auto'." % ', '.join(schedule_lib.SCHEDULES))
     p.Define('virtual_stages', 1, "Cells per device v, for schedule='interleaved_1f1b': `layers` are cut into "
              'num_splits x v cells (with `cell_tpl`, len(cell_tpl) / v devices), cell c on device c mod num_splits.')
@@ -107,9 +107,10 @@ class PipeliningLayer(base_layer.BaseLayer):
       raise errors.ConfigError("Layer %s: %s='auto' is chosen by lingpipe-train before the model is built "
                                '(--pipeline=auto); outside it, set a value (gpipe/choice/auto_config.ChooseFor '
                                'chooses one for a list of layers).' % (self.path, unresolved[0]))
-    if p.remat not in remat.POLICIES:
+    if p.remat not in schedule_lib.REMAT_POLICIES:
       raise errors.ConfigError('Layer %s: remat must be one of %s, got %r.%s' % (
-          self.path, ', '.join(remat.POLICIES), p.remat, errors.DidYouMean(str(p.remat), remat.POLICIES)))
+          self.path, ', '.join(schedule_lib.REMAT_POLICIES), p.remat,
+          errors.DidYouMean(str(p.remat), schedule_lib.REMAT_POLICIES)))
     schedule_lib.CheckScheduleName(p.schedule)
     if p.num_micro_batches < 1 or p.micro_batch_size < 0:
       raise errors.ConfigError('Layer %s: num_micro_batches must be >= 1 and micro_batch_size >= 0, got %d and %d.'
@@ -159,14 +160,16 @@ class PipeliningLayer(base_layer.BaseLayer):
         self._cell_params, self._mesh, self.path))
     object.__setattr__(self, '_moving_stats', None)  # {path: layer} of batch norm's targets (Pipe), made once.
     object.__setattr__(self, '_cell_layers', [self.CellLayers(k) for k in range(self._num_cells)])
-    # One function per kind of layer (layer_functions.py) in GPipe's schedule where the backward re-computes. Under
-    # remat 'never' its forward keeps its activations on a saved stack, whose backward held up to 1.9x the weights
-    # beside two busy processes with shared functions (1.3x unrolled); the interleaved schedules order a device's
-    # inline actions by control edges, which an inlined call's ops do not keep (their measured timeline left the
-    # plan's order in one run of three).
+    # One function per kind of layer (layer_functions.py) in GPipe's schedule where the backward re-computes the
+    # cell. Where its forwards keep what the backward reads on a saved stack (remat 'never', 'per_layer'), shared
+    # functions held more: up to 1.9x the weights beside two busy processes under 'never' (1.3x unrolled), 1.4x the
+    # peak of 'per_layer' at K=2, M=4 (a 12-layer Transformer, tests/test_remat.py's); the interleaved schedules
+    # order a device's inline actions by control edges, which an inlined call's ops do not keep (their measured
+    # timeline left the plan's order in one run of three).
     object.__setattr__(self, 'functions', cell_functions.CellFunctions(
         self._cell_layers, self._mesh, self._cell_params, p.batch_dim, self._gradient_sums,
-        share_layers=p.schedule == 'gpipe' and p.remat != 'never'))
+        share_layers=p.schedule == 'gpipe' and p.remat not in schedule_lib.KEEPS_ALL,
+        per_layer=p.remat == 'per_layer'))
 
   # -- structure
   # -----------------------------------------------------------------------------------------------

@@ -31,7 +31,10 @@ from lingpipe.gpipe.plan import BACKWARD, FORWARD, KEEP_ACTIVATIONS, KEEP_INPUT,
 SCHEDULES = ('gpipe', '1f1b', 'interleaved_1f1b', 'zero_bubble')
 # Schedules that run backwards before all forwards: the loss is computed inside the pipeline.
 NEEDS_LOSS = ('1f1b', 'interleaved_1f1b', 'zero_bubble')
-REMAT_POLICIES = ('always', 'except_last', 'never')
+REMAT_POLICIES = ('always', 'except_last', 'never', 'per_layer')
+# Policies whose forwards keep, per micro-batch, what the cell's backward reads (the plan's KEEP_ACTIVATIONS). Under
+# 'per_layer' that is each layer's input alone: the backward re-computes one layer at a time (layer_remat.py).
+KEEPS_ALL = ('never', 'per_layer')
 
 
 def _CheckSizes(num_micro_batches, num_cells):
@@ -106,7 +109,7 @@ def KeepWhereBackwardFollows(plan):
 
 def _Stores(remat, m, num_micro_batches):
   """Whether (remat policy) the forward of micro-batch m keeps its activations for the backward."""
-  return remat == 'never' or (remat == 'except_last' and m == num_micro_batches - 1)
+  return remat in KEEPS_ALL or (remat == 'except_last' and m == num_micro_batches - 1)
 
 
 def _FillDrain(num_micro, num_cells, remat):

@@ -16,6 +16,7 @@ from lingpipe.gpipe.engine import cell_gradient
 from lingpipe.gpipe.engine import executor
 from lingpipe.gpipe.engine import gradient_sums
 from lingpipe.gpipe.engine import layer_functions
+from lingpipe.gpipe.engine import layer_remat
 from lingpipe.gpipe.engine import remat
 
 
@@ -28,15 +29,18 @@ def _SeedGraph():
   return seed.graph if isinstance(seed, tf.Tensor) and tf.is_symbolic_tensor(seed) else None
 
 
-def RunCell(cell_layers, k, inputs, functions=None):
+def RunCell(cell_layers, k, inputs, functions=None, per_layer=False):
   """Cell k's layers (`cell_layers[k]`) on `inputs`, one after another, where the caller placed them; with
   `functions` (layer_functions.LayerFunctions), each layer whose kind the cell holds more than once as a call of
-  its kind's traced function (not while exporting)."""
+  its kind's traced function (not while exporting); with `per_layer`, in training, each layer re-computed alone in
+  the backward (layer_remat.py)."""
   shared = functions.Shared(cell_layers[k]) if functions is not None and not context.IsExporting() else ()
+  per_layer = per_layer and context.IsTraining() and not context.IsExporting()
   x = inputs
   for i, layer in enumerate(cell_layers[k]):
+    run = functools.partial(functions.Call, layer) if id(layer) in shared else layer.FProp
     try:
-      x = functions.Call(layer, x) if id(layer) in shared else layer.FProp(x)
+      x = layer_remat.Recomputed(layer, x, run) if per_layer else run(x)
     except AttributeError as e:
       if i == 0 and k > 0 and 'NestedMap has no field' in str(e):
         raise errors.ConfigError('Cell %d (%s) cannot use the output of cell %d (%s): %s' % (
@@ -58,9 +62,10 @@ class CellFunctions:
   """The functions of a PipeliningLayer's cells: `cell_layers[k]` are cell k's layers, `mesh[r][k]` its device in
   replica r, `cell_params[k]` its cell_params.CellParams and `sums[r][k]` its gradient_sums.GradientSums."""
 
-  def __init__(self, cell_layers, mesh, cell_params, batch_dim, sums, share_layers=True):
+  def __init__(self, cell_layers, mesh, cell_params, batch_dim, sums, share_layers=True, per_layer=False):
     self._cell_layers, self._mesh, self._cell_params, self._batch_dim = cell_layers, mesh, cell_params, batch_dim
     self._sums = sums
+    self._per_layer = per_layer  # remat 'per_layer': each layer re-computed alone in the backward.
     self._num_cells = len(mesh[0])
     # Layers of a kind run as calls of one function (layer_functions.py), unless `share_layers` is False.
     self._layer_functions = layer_functions.LayerFunctions() if share_layers else None
@@ -73,13 +78,13 @@ class CellFunctions:
     with tf.device(self._mesh[r][k]), context.Training(training), context.MicroBatch(micro_batch_index), \
         context.CollectBatchNormStats(collector), self._RealRows(padding, micro_batch_index), \
         base_layer.VariablesAs(self._cell_layers[k], self._cell_params[k].Values(params, CopyOf(r))):
-      return RunCell(self._cell_layers, k, inputs, self._layer_functions)
+      return RunCell(self._cell_layers, k, inputs, self._layer_functions, self._per_layer)
 
   def RunAlone(self, r, inputs):
     """The one cell of replica r on `inputs`, on its device, reading its variables as they are: a pipeline of one
-    cell and one micro-batch is the plain model."""
+    cell and one micro-batch is the plain model (with remat 'per_layer', each layer re-computed alone)."""
     with tf.device(self._mesh[r][0]):
-      return RunCell(self._cell_layers, 0, inputs)
+      return RunCell(self._cell_layers, 0, inputs, per_layer=self._per_layer)
 
   def _RealRows(self, padding, micro_batch_index):
     if padding is None:

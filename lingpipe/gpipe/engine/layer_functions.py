@@ -20,15 +20,14 @@ import tensorflow as tf
 from lingpipe.core import context
 
 
-def _Slots(layer):
+def Slots(layer):
   """(sub-layer, variable name) of every variable of `layer` and its descendants, in a fixed order."""
   return [(sub, name) for sub in layer.Walk() for name in sub._var_names]  # pylint: disable=protected-access
 
 
 @contextlib.contextmanager
-def _ReadingAs(layer, values):
-  """Inside the block, `layer`'s variable slots (_Slots) read as `values`."""
-  slots = _Slots(layer)
+def ReadingAs(slots, values):
+  """Inside the block, the variable slots `slots` (of Slots) read as `values`."""
   held = [getattr(sub, name) for sub, name in slots]
   try:
     for (sub, name), value in zip(slots, values):
@@ -77,7 +76,7 @@ class LayerFunctions:
              None if real_rows is None else real_rows[0], collector is None)
     function = self._Function(layer, baked)
     subs = list(layer.Walk())
-    values = [tf.convert_to_tensor(getattr(sub, name)) for sub, name in _Slots(layer)]
+    values = [tf.convert_to_tensor(getattr(sub, name)) for sub, name in Slots(layer)]
     seeds = tf.constant([context.StaticLayerSeed(sub) for sub in subs], tf.int64)
     scalars = [tf.cast(x, tf.int64) for x in (step_seed, micro_batch) if x is not None] + (
         [tf.cast(real_rows[1], tf.int32)] if real_rows is not None else [])
@@ -107,7 +106,7 @@ def _Body(template, baked):
     step_seed = None if no_step_seed else scalars.pop(0)
     micro_batch = None if no_micro_batch else scalars.pop(0)
     collector = None if no_collector else context.BatchNormStats()
-    with _ReadingAs(template, values), context.Training(training), context.Replica(replica), \
+    with ReadingAs(Slots(template), values), context.Training(training), context.Replica(replica), \
         context.StepSeed(step_seed), context.MicroBatch(micro_batch), \
         context.RealRows(batch_dim, scalars.pop(0)) if batch_dim is not None else contextlib.nullcontext(), \
         context.CollectBatchNormStats(collector), \

@@ -19,8 +19,6 @@ from tensorflow.python.eager import record  # pylint: disable=g-direct-tensorflo
 
 from lingpipe.core import context
 
-POLICIES = ('always', 'except_last', 'never')
-
 
 def WantsGrad(flat_inputs, wanted=None):
   """Per leaf of `flat_inputs`, whether a backward computes its gradient: `wanted[i]` (see

@@ -12,12 +12,13 @@ hold at its peak
     stash            what the forward keeps for the backward, for the whole batch: its cell's input (remat
                      'always'), its input and its activations ('never'), the input and the last micro-batch's
                      activations ('except_last'; 'always' where the backward comes next, as the plan says:
-                     schedule.KeepWhereBackwardFollows); the last cell also holds its outputs and their gradients.
+                     schedule.KeepWhereBackwardFollows), each of its layers' inputs ('per_layer'); the last cell
+                     also holds its outputs and their gradients.
                      Activations: each layer's output, and what its backward reads from inside it (attention
                      probabilities, hidden units, masks), found by tracing the layer (saved_activations.py)
-    working set      one micro-batch's backward: its re-computed activations (when re-computing; a split
-                     backward's are stash, held until its weight gradients) and the gradients of the two largest
-                     layer outputs
+    working set      one micro-batch's backward: its re-computed activations (when re-computing, one layer's
+                     under 'per_layer'; a split backward's are stash, held until its weight gradients) and the
+                     gradients of the two largest layer outputs
 
 and the step takes, in units of one forward flop (f_k: cell k's forward flops; backward 2 f_k,
 re-computation f_k more), max_d sum_{k on d} (3 f_k + recomputed f_k) / (1 - bubble) against sum_k 3
@@ -62,6 +63,12 @@ class Layers(NamedTuple):
   internal_bytes: Tuple[int, ...] = ()  # bytes each layer's backward reads from inside it (saved_activations.py)
   compute_size: int = 0  # bytes per element of activations and the weights' compute copies; 0: as the weights
   passed_on_bytes: Tuple[int, ...] = ()  # bytes of each layer's output that are its input handed on (one buffer)
+
+  def Boundaries(self, lo, hi):
+    """Bytes of the inputs of layers [lo + 1, hi): what a cell of layers [lo, hi) keeps beside its input under
+    remat 'per_layer' (each buffer once)."""
+    passed_on = sum(self.passed_on_bytes[lo:hi - 1]) if self.passed_on_bytes else 0
+    return sum(self.out_bytes[lo:hi - 1]) - passed_on
 
   def Inside(self, lo, hi):
     """Bytes a backward of layers [lo, hi) reads but their input: their outputs, each buffer once,
@@ -210,6 +217,9 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     # outputs).
     activations[k] = (cell_in + inside) / num_micro
     kept[k] = {plan_lib.KEEP_INPUT: cell_in / num_micro, plan_lib.KEEP_ACTIVATIONS: activations[k]}
+    if remat == 'per_layer':
+      # Each layer's input alone (layer_remat.py); its backward re-computes one layer's activations at a time.
+      kept[k][plan_lib.KEEP_ACTIVATIONS] = (cell_in + layers.Boundaries(lo, hi)) / num_micro
     if remat in ('except_last', 'always'):
       # A forward keeps its activations only where its backward comes next on its device (always:
       # the plan's KeepWhereBackwardFollows), so they are used (and freed) before anything is
@@ -219,6 +229,8 @@ def CellMemories(layers, counts, num_micro, remat, slots=0, dtype_size=4, schedu
     # except_last: counted in `ends` below; a split backward's re-computed activations are stash
     # (held to the W).
     recomputed = inside / num_micro if remat == 'always' and not splits_backward else 0
+    if remat == 'per_layer':
+      recomputed = max(layers.Inside(i, i + 1) for i in range(lo, hi)) / num_micro
     working[k] = recomputed + sum(sorted(outs, reverse=True)[:2]) / num_micro
     ends[k] = inside / num_micro if remat == 'except_last' else 0  # The last micro-batch's activations.
     if k == len(counts) - 1:  # Its outputs and their gradients: stacked (gpipe), or one micro-batch's (loss inside).

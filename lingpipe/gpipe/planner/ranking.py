@@ -26,7 +26,7 @@ def Recommend(candidates, budget, peak_of=None, margin=MARGIN):
   return max(fitting, key=lambda c: RankKey(c.speedup, peak_of(c)))
 
 
-REMATS_BY_WORK = ('never', 'except_last', 'always')  # least re-computation first
+REMATS_BY_WORK = ('never', 'except_last', 'always', 'per_layer')  # least re-computation first
 
 
 def Fitting(items, fits, candidate_of=lambda item: item):

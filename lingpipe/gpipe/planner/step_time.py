@@ -60,7 +60,7 @@ def Predict(plan, forward, backward, terms=IDEAL, handoff_bytes=None) -> float:
       cost = forward[k] + Handoff(k, k + 1)
     elif a.kind == plan_lib.BACKWARD:
       cost = (backward[k] * split / 2 if plan.splits_backward else backward[k]) + (
-          forward[k] if a.recompute else 0.0) + Handoff(k, k - 1)
+          forward[k] if a.recompute or plan.remat == 'per_layer' else 0.0) + Handoff(k, k - 1)
     else:  # WEIGHT
       cost = backward[k] * split / 2
     return cost + terms.per_action
