@@ -43,9 +43,10 @@ def test_a_shared_layer_cut_apart_is_refused_naming_it():
     lk.Pipeline([dense, keras.layers.Dense(8), dense], num_splits=2, input_shape=(None, 8))
 
 
-def test_a_shared_layer_within_one_piece_stays_one_weight():
+@pytest.mark.parametrize('remat', ['always', 'per_layer'])
+def test_a_shared_layer_within_one_piece_stays_one_weight(remat):
   plain = _SharedDense(calls_after_mid=0, calls_before_mid=2)
-  pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=2, cut_at=['mid'])
+  pipelined = lk.Pipeline(plain, num_splits=2, num_micro_batches=2, cut_at=['mid'], remat=remat)
   assert len(pipelined.get_weights()) == len(plain.get_weights()) == 6
   x, y = _Data(rows=8)
   for model in (plain, pipelined):

@@ -10,13 +10,14 @@ and each of its layers runs as `Recomputed`, whose gradient reads only the layer
 so a cell's backward holds one layer's activations instead of the whole cell's (Chen et al. 2016's checkpoints,
 one per layer; Praxis runs `nn.remat` inside its scan of layers). remat.Backward orders the work: the
 re-computation waits for dy_i, and dx_i for layer i's weight gradients, or the executor would re-compute every
-layer as soon as it could. With the cell's layer functions (layer_functions.py) each layer runs, and re-runs, as
-a call of its kind's function, whose gradient is built once.
+layer as soon as it could. A layer is re-computed from its own weights: one that reads another layer's variable
+(tied weights) is refused.
 """
 
 import tensorflow as tf
 
 from lingpipe.core import context
+from lingpipe.core import errors
 from lingpipe.gpipe.engine import layer_functions
 from lingpipe.gpipe.engine import remat
 
@@ -59,6 +60,11 @@ def Recomputed(layer, inputs, run):
     outputs = Run(tensors, given)
 
     def Grad(*output_grads, variables=None):
+      trainable = [v.name for v in variables or () if v.trainable]
+      if trainable:
+        raise errors.ConfigError("Layer %s reads trainable variables of other layers (%s): remat='per_layer' "
+                                 're-computes a layer from its own weights; use another remat policy.' % (
+                                     layer.path, ', '.join(trainable)))
       # Built where the gradient is asked for, outside the forward's blocks: re-entered, with its batch-norm
       # moments dropped (the forward collected them).
       with context.Restored(snapshot, bn_stats=context.BatchNormStats(discard=True)):
