@@ -77,7 +77,7 @@ def _Args():
                       'ttfs, amoebanet, multiprocess, precision.')
   parser.add_argument('--precision_amoebanet', action='store_true',
                       help='The precision section also times AmoebaNet-D(6, 32) (slow).')
-  parser.add_argument('--remat', default='always', choices=['always', 'except_last', 'never'],
+  parser.add_argument('--remat', default='always', choices=['always', 'except_last', 'never', 'per_layer'],
                       help="Table 1's re-materialization policy.")
   workloads.AddFlags(parser, default=None)  # None: Table 1's Transformer and conv stacks.
   parser.add_argument('--ks', default=None, help=argparse.SUPPRESS)  # Table 1's K values (the onecore child).

@@ -35,7 +35,8 @@ def _Args(argv=None):
   workloads.AddFlags(parser)
   parser.add_argument('--num_splits', type=int, default=2, help='K: cells.')
   parser.add_argument('--num_micro_batches', type=int, default=4, help='M: micro-batches.')
-  parser.add_argument('--remat', default='never', choices=['always', 'except_last', 'never'], help='Remat policy.')
+  parser.add_argument('--remat', default='never', choices=['always', 'except_last', 'never', 'per_layer'],
+                      help='Remat policy.')
   parser.add_argument('--schedule', default='gpipe', choices=['gpipe', '1f1b', 'interleaved_1f1b', 'zero_bubble'],
                       help='Pipeline schedule.')
   parser.add_argument('--virtual_stages', type=int, default=1, help='Cells per device (interleaved_1f1b).')
