@@ -65,9 +65,7 @@ def Recomputed(layer, inputs, run):
         raise errors.ConfigError("Layer %s reads trainable variables of other layers (%s): remat='per_layer' "
                                  're-computes a layer from its own weights; use another remat policy.' % (
                                      layer.path, ', '.join(trainable)))
-      # Built where the gradient is asked for, outside the forward's blocks: re-entered, with its batch-norm
-      # moments dropped (the forward collected them).
-      with context.Restored(snapshot, bn_stats=context.BatchNormStats(discard=True)):
+      with remat.AsInForward(snapshot):
         input_grads, value_grads = remat.Backward(
             lambda xs: Run(xs, given), given, tensors, tf.nest.pack_sequence_as(outputs, list(output_grads)))
       return list(input_grads) + list(value_grads), [None] * len(variables or ())

@@ -116,6 +116,13 @@ def TapedBackward(params, inputs, upstream, tape, outputs, wanted=None):
   return Backward(None, params, inputs, upstream, tape=tape, outputs=outputs, wanted=wanted)
 
 
+def AsInForward(snapshot):
+  """The forward's blocks (`snapshot`, context.Snapshot) for re-computing it where its gradient is built, outside
+  them: the same branch, dropout masks, micro-batch and rows; its batch-norm moments are dropped (the forward
+  already moved or collected them)."""
+  return context.Restored(snapshot, bn_stats=context.BatchNormStats(discard=True))
+
+
 def Recompute(fn, variables_fn=None):
   """Wraps fn(*tensors) -> tensor(s) so that its backward re-computes it (see the module docstring).
 
@@ -126,15 +133,11 @@ def Recompute(fn, variables_fn=None):
   @tf.custom_gradient
   def Wrapped(*args):
     outputs = fn(*args)
-    # Gradients are usually asked for outside the forward's Training/StepSeed blocks: re-enter them
-    # so the re-computation takes the same branch and draws the same dropout masks. Its batch norm
-    # moments are dropped: the forward already moved (or collected) them.
-    training, step_seed = context.IsTraining(), context.StepSeedValue()
+    snapshot = context.Snapshot()
 
     def Grad(*dys, variables=None):
       used = list(variables_fn()) if variables_fn is not None else list(variables or [])
-      with context.Training(training), context.StepSeed(step_seed), \
-          context.CollectBatchNormStats(context.BatchNormStats(discard=True)):
+      with AsInForward(snapshot):
         input_grads, var_grads = Backward(lambda a: fn(*a), used, list(args),
                                           tf.nest.pack_sequence_as(outputs, list(dys)))
       by_ref = {v.ref(): g for v, g in zip(used, var_grads)}
